@@ -1,0 +1,41 @@
+# The two commands of a fresh machine are `make demo` and `make test` (see README.md).
+SHELL := /bin/bash
+PY := .venv/bin/python
+# Long builds (Kubernetes, helm) are cached here, outside the repository.
+export ELASTICJOB_CACHE ?= $(HOME)/.cache/elasticjob
+
+.PHONY: setup demo test test-fast lint fmt cluster-build cluster-up cluster-down bench
+
+setup:
+	@scripts/setup.sh
+
+demo: setup
+	@scripts/demo.sh
+
+test: setup cluster-build
+	$(PY) -m pytest -q -ra
+
+# Unit and etcd integration tests only (no Kubernetes needed).
+test-fast: setup
+	$(PY) -m pytest -q -ra tests/unit tests/integration
+
+lint: setup
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+	.venv/bin/mypy
+
+fmt: setup
+	.venv/bin/ruff format .
+	.venv/bin/ruff check --fix .
+
+cluster-build: setup
+	@localcluster/build.sh
+
+cluster-up: cluster-build
+	@PYTHONPATH=localcluster $(PY) -m elasticjob_localcluster up
+
+cluster-down: setup
+	@PYTHONPATH=localcluster $(PY) -m elasticjob_localcluster down
+
+bench: setup
+	$(PY) bench/rendezvous_bench.py

@@ -1,0 +1,87 @@
+"""The etcd key layout of one job run: everything lives under ``<prefix>/<run_id>/``.
+
+One etcd can serve many jobs (and many runs of one job) because no key is shared between two
+``(prefix, run_id)`` pairs. The operator writes the seed of the restart counters here after it
+recreates a lost etcd, so this layout is a contract between the agent and the operator.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum
+
+DEFAULT_PREFIX = "/elasticjob"
+
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
+
+
+class RestartReason(str, Enum):
+    """Why the worker group restarted. Only ``FAILURE`` and ``TIMER`` spend ``max_restarts``."""
+
+    FAILURE = "failure"
+    """A worker process exited non-zero (or a node's agent died after the round completed)."""
+
+    TIMER = "timer"
+    """A worker's expiration timer fired and the agent killed it."""
+
+    MEMBERSHIP = "membership"
+    """Nodes joined (scale-up) or left cleanly (scale-down): free."""
+
+    PREEMPTION = "preemption"
+    """A node was terminated (SIGTERM) by Kubernetes: free."""
+
+    ETCD_RECOVERED = "etcd-recovered"
+    """The group re-formed after etcd was lost and recreated: free."""
+
+    @property
+    def spends_budget(self) -> bool:
+        return self in (RestartReason.FAILURE, RestartReason.TIMER)
+
+
+def validate_run_id(run_id: str) -> str:
+    """Return ``run_id`` if it is usable in a key, else raise ``ValueError`` saying what to fix."""
+    if not _RUN_ID.match(run_id):
+        raise ValueError(
+            f"invalid rendezvous id {run_id!r}: use 1-253 characters of letters, digits, "
+            "'.', '_' or '-', starting with a letter or digit"
+        )
+    return run_id
+
+
+@dataclass(frozen=True)
+class JobKeys:
+    """Key names for one run. ``root`` ends without a slash; every key starts with ``root + '/'``."""
+
+    prefix: str
+    run_id: str
+
+    def __post_init__(self) -> None:
+        if not self.prefix.startswith("/") or self.prefix.endswith("/"):
+            raise ValueError(
+                f"invalid key prefix {self.prefix!r}: it must start with '/' and not end with '/'"
+            )
+        validate_run_id(self.run_id)
+
+    @property
+    def root(self) -> str:
+        return f"{self.prefix}/{self.run_id}"
+
+    @property
+    def rendezvous(self) -> str:
+        """Prefix owned by the rendezvous (rounds, participants, wait list, closed flag)."""
+        return f"{self.root}/rdzv"
+
+    @property
+    def restarts(self) -> str:
+        """Prefix of the job-wide restart counters, one key per reason."""
+        return f"{self.root}/restarts"
+
+    def restart_counter(self, reason: RestartReason) -> str:
+        """Decimal integer: how many group restarts of ``reason`` the job has had."""
+        return f"{self.restarts}/{reason.value}"
+
+    @property
+    def restart_seed(self) -> str:
+        """JSON ``{"byReason": {...}}`` written by the operator after recreating etcd."""
+        return f"{self.root}/restart-seed"

@@ -1,0 +1,137 @@
+"""A tiny elastic training script: DDP on gloo over synthetic data, with checkpoint and resume.
+
+Run it like any torchrun script (it reads ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+``MASTER_ADDR`` and ``MASTER_PORT`` from the environment)::
+
+    torchrun --nnodes 1:2 --nproc-per-node 2 --rdzv-backend etcd-v3 \
+        --rdzv-endpoint 127.0.0.1:2379 --rdzv-id demo examples/train.py --steps 50
+
+Rank 0 writes a checkpoint every ``--checkpoint-every`` steps (write to a temporary file, then
+rename, so a kill never leaves a torn file) and every rank resumes from the newest one on start.
+One line per event goes to stdout: ``start step=N``, ``resumed from step=N``, ``checkpoint
+step=N``, ``done step=N``. The exit code is 0 when all steps are done.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+_CHECKPOINT = re.compile(r"^step-(\d+)\.pt$")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=20, help="total training steps (default 20)")
+    parser.add_argument(
+        "--checkpoint-dir",
+        default=os.environ.get("ELASTICJOB_CHECKPOINT_DIR", "./checkpoints"),
+        help="where checkpoints live (default $ELASTICJOB_CHECKPOINT_DIR or ./checkpoints)",
+    )
+    parser.add_argument("--checkpoint-every", type=int, default=5, help="steps between checkpoints")
+    parser.add_argument("--step-sleep", type=float, default=0.0, help="seconds to sleep per step")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    if args.steps < 0:
+        parser.error(f"--steps must be >= 0, got {args.steps}")
+    if args.checkpoint_every < 1:
+        parser.error(f"--checkpoint-every must be >= 1, got {args.checkpoint_every}")
+    if args.step_sleep < 0:
+        parser.error(f"--step-sleep must be >= 0, got {args.step_sleep}")
+    return args
+
+
+def newest_checkpoint(directory: Path) -> tuple[int, Path] | None:
+    """The checkpoint with the highest step in ``directory``, or ``None``."""
+    best: tuple[int, Path] | None = None
+    if not directory.is_dir():
+        return None
+    for path in directory.iterdir():
+        match = _CHECKPOINT.match(path.name)
+        if match and (best is None or int(match.group(1)) > best[0]):
+            best = (int(match.group(1)), path)
+    return best
+
+
+def save_checkpoint(
+    directory: Path, step: int, model: nn.Module, optim: torch.optim.Optimizer
+) -> None:
+    """Write ``step-<step>.pt`` atomically: a reader sees the whole file or none of it."""
+    directory.mkdir(parents=True, exist_ok=True)
+    final = directory / f"step-{step}.pt"
+    tmp = directory / f".step-{step}.pt.tmp-{os.getpid()}"
+    torch.save({"step": step, "model": model.state_dict(), "optim": optim.state_dict()}, tmp)
+    os.replace(tmp, final)
+
+
+def synthetic_batch(step: int, rank: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A deterministic batch for (step, rank): y = x @ w + noise, so the loss goes down."""
+    gen = torch.Generator().manual_seed(step * 1000 + rank)
+    x = torch.randn(batch_size, 16, generator=gen)
+    w = torch.arange(16, dtype=torch.float32).unsqueeze(1) / 16.0
+    y = x @ w + 0.01 * torch.randn(batch_size, 1, generator=gen)
+    return x, y
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    rank = int(os.environ.get("RANK", "0"))
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29500")
+    # init from the env:// variables torchrun (or elasticjob-agent) set for us.
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    try:
+        torch.manual_seed(args.seed)
+        model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1))
+        optim = torch.optim.SGD(model.parameters(), lr=0.05)
+        ckpt_dir = Path(args.checkpoint_dir)
+        start = 0
+        found = newest_checkpoint(ckpt_dir)
+        if found is not None:
+            state = torch.load(found[1], weights_only=True)
+            model.load_state_dict(state["model"])
+            optim.load_state_dict(state["optim"])
+            start = int(state["step"])
+            print(f"resumed from step={start} rank={rank}", flush=True)
+        # Nodes may not share the checkpoint directory: rank 0's step wins (DDP also broadcasts
+        # rank 0's parameters when it wraps the model).
+        start_t = torch.tensor([start])
+        dist.broadcast(start_t, src=0)
+        start = int(start_t.item())
+        ddp = DistributedDataParallel(model)
+        print(f"start step={start} rank={rank} world_size={world_size}", flush=True)
+        loss_fn = nn.MSELoss()
+        loss = torch.tensor(0.0)
+        for step in range(start, args.steps):
+            x, y = synthetic_batch(step, rank, args.batch_size)
+            optim.zero_grad()
+            loss = loss_fn(ddp(x), y)
+            loss.backward()
+            optim.step()
+            done = step + 1
+            if rank == 0 and (done % args.checkpoint_every == 0 or done == args.steps):
+                save_checkpoint(ckpt_dir, done, model, optim)
+                print(f"checkpoint step={done} loss={loss.item():.4f}", flush=True)
+            if args.step_sleep:
+                time.sleep(args.step_sleep)
+        # Nobody leaves before rank 0's last checkpoint is on disk.
+        dist.barrier()
+        print(f"done step={args.steps} rank={rank} loss={loss.item():.4f}", flush=True)
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -81,6 +81,19 @@ class JobKeys:
         """Decimal integer: how many group restarts of ``reason`` the job has had."""
         return f"{self.restarts}/{reason.value}"
 
+    def restart_event(self, round_: int) -> str:
+        """JSON ``{"reason", "node", "at"}``: the restart that tore down ``round_``.
+
+        Created at most once per round (create-only transaction that also bumps the counter), so N
+        agents leaving the same round count one restart.
+        """
+        return f"{self.restarts}/events/{round_}"
+
+    @property
+    def close_reason(self) -> str:
+        """JSON ``{"reason": "MaxRestartsExceeded", ...}``: why an agent closed the rendezvous."""
+        return f"{self.root}/close-reason"
+
     @property
     def restart_seed(self) -> str:
         """JSON ``{"byReason": {...}}`` written by the operator after recreating etcd."""

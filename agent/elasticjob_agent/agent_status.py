@@ -1,0 +1,96 @@
+"""What the agent knows about itself, shared between the supervisor and the health server.
+
+A small lock-guarded record; ``report()`` turns it into the versioned ``HealthReport``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from elasticjob_agent.protocol.health import AgentState, EtcdStatus, HealthReport, WorkerStatus
+
+
+@dataclass(frozen=True)
+class StatusFields:
+    state: AgentState = AgentState.STARTING
+    round: int | None = None
+    group_rank: int | None = None
+    group_world_size: int | None = None
+    world_size: int | None = None
+    restarts_by_reason: Mapping[str, int] = field(default_factory=dict)
+    waiting_since: float | None = None
+    last_progress: float | None = None
+    workers: tuple[WorkerStatus, ...] = ()
+    exit_reason: str | None = None
+
+
+class AgentStatus:
+    def __init__(
+        self,
+        run_id: str,
+        node: str,
+        max_restarts: int,
+        worst_case_time_to_fail: float,
+        *,
+        etcd: Callable[[], EtcdStatus],
+        progress: Callable[[], float | None] = lambda: None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.run_id = run_id
+        self.node = node
+        self._max_restarts = max_restarts
+        self._worst = worst_case_time_to_fail
+        self._etcd = etcd
+        self._progress = progress
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._fields = StatusFields()
+        self._heartbeat = clock()
+
+    def update(self, **changes: Any) -> None:
+        with self._lock:
+            self._fields = replace(self._fields, **changes)
+
+    @property
+    def fields(self) -> StatusFields:
+        with self._lock:
+            return self._fields
+
+    def beat(self) -> None:
+        """The main loop is alive (for ``/healthz``)."""
+        with self._lock:
+            self._heartbeat = self._clock()
+
+    def alive(self, within: float) -> bool:
+        with self._lock:
+            return self._clock() - self._heartbeat <= within
+
+    def report(self) -> HealthReport:
+        f = self.fields
+        timer_progress = self._progress()
+        last_progress = max(
+            (p for p in (f.last_progress, timer_progress) if p is not None), default=None
+        )
+        return HealthReport(
+            run_id=self.run_id,
+            node=self.node,
+            state=f.state,
+            etcd=self._etcd(),
+            round=f.round,
+            group_rank=f.group_rank,
+            group_world_size=f.group_world_size,
+            world_size=f.world_size,
+            restarts_total=sum(f.restarts_by_reason.values()),
+            restarts_by_reason=dict(f.restarts_by_reason),
+            max_restarts=self._max_restarts,
+            waiting_since=f.waiting_since,
+            last_progress=last_progress,
+            workers=f.workers,
+            worst_case_time_to_fail_seconds=self._worst,
+            exit_reason=f.exit_reason,
+            updated_at=self._clock(),
+        )

@@ -1,0 +1,448 @@
+"""The command line: torchrun's flags (with their ``PET_*`` environment equivalents) plus ours.
+
+Pure: ``parse_args(argv, environ)`` returns a validated, frozen ``AgentArgs`` or raises
+``UsageError`` with a message that says what to fix (argparse itself exits 2 on unknown flags).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from elasticjob_agent.etcd_link import Endpoint, parse_endpoints
+from elasticjob_agent.protocol.health import DEFAULT_HEALTH_PORT
+from elasticjob_agent.protocol.keys import DEFAULT_PREFIX, validate_run_id
+
+BACKEND = "etcd-v3"
+_BACKEND_ALIASES = {"etcd-v3": BACKEND, "etcd": BACKEND}
+DEFAULT_ETCD_TIMEOUT = 300.0
+DEFAULT_SHUTDOWN_TIMEOUT = 30.0
+
+# --rdzv-conf keys (docs/contracts.md) and how to read each.
+_POSITIVE_SECONDS = (
+    "join_timeout",
+    "last_call_timeout",
+    "close_timeout",
+    "heartbeat",
+    "etcd_timeout",
+)
+RDZV_CONF_KEYS = (*_POSITIVE_SECONDS, "key_prefix")
+
+
+class UsageError(ValueError):
+    """A bad flag, ``PET_*`` variable or ``--rdzv-conf`` value: exit code 2, nothing started."""
+
+
+class _EnvDefault(argparse.Action):
+    """A valued flag whose default comes from ``PET_<DEST>`` when that variable is set."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        environ: Mapping[str, str] = kwargs.pop("environ")
+        env_name = f"PET_{dest.upper()}"
+        if env_name in environ:
+            kwargs["default"] = environ[env_name]
+            kwargs["required"] = False
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
+        setattr(namespace, self.dest, values)
+
+
+class _EnvFlag(argparse.Action):
+    """A boolean flag that is also on when ``PET_<DEST>`` is set to a non-zero value."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        environ: Mapping[str, str] = kwargs.pop("environ")
+        value = environ.get(f"PET_{dest.upper()}", "0")
+        kwargs["default"] = value not in ("", "0", "false", "False")
+        super().__init__(option_strings, dest, nargs=0, **kwargs)
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
+        setattr(namespace, self.dest, True)
+
+
+@dataclass(frozen=True)
+class AgentArgs:
+    """The validated command line. Times are seconds."""
+
+    training_script: str
+    training_script_args: tuple[str, ...] = ()
+    min_nodes: int = 1
+    max_nodes: int = 1
+    nproc_per_node: str = "1"
+    """As given: an integer, or ``cpu``/``gpu``/``auto`` (resolved at start)."""
+    rdzv_endpoints: tuple[Endpoint, ...] = ()
+    rdzv_id: str = "none"
+    rdzv_conf: Mapping[str, str] = field(default_factory=dict)
+    standalone: bool = False
+    max_restarts: int = 0
+    monitor_interval: float = 0.1
+    role: str = "default"
+    module: bool = False
+    no_python: bool = False
+    run_path: bool = False
+    log_dir: str | None = None
+    redirects: str = "0"
+    tee: str = "0"
+    log_line_prefix_template: str | None = None
+    local_ranks_filter: frozenset[int] | None = None
+    local_addr: str | None = None
+    shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT
+    health_addr: str = "0.0.0.0"
+    health_port: int = DEFAULT_HEALTH_PORT
+    etcd_timeout: float = DEFAULT_ETCD_TIMEOUT
+    nccl_collective_timeout: float = 1800.0
+    nccl_heartbeat_timeout: float = 600.0
+    nccl_async_error_handling: str = "3"
+    nccl_monitoring: str = "1"
+    node_id: str | None = None
+
+    @property
+    def key_prefix(self) -> str:
+        return self.rdzv_conf.get("key_prefix", DEFAULT_PREFIX)
+
+    @property
+    def worst_case_time_to_fail(self) -> float:
+        """``(max_restarts + 1) * (collective + heartbeat)``: a hang that NCCL must detect."""
+        return (self.max_restarts + 1) * (
+            self.nccl_collective_timeout + self.nccl_heartbeat_timeout
+        )
+
+
+def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="elasticjob-agent",
+        description="Drop-in torchrun: elastic PyTorch workers with dynamic rendezvous on etcd v3.",
+    )
+
+    def valued(*names: str, default: Any, help: str, type: Any = str, **kw: Any) -> None:
+        parser.add_argument(
+            *names, action=_EnvDefault, environ=environ, default=default, type=type, help=help, **kw
+        )
+
+    def flag(*names: str, help: str) -> None:
+        parser.add_argument(*names, action=_EnvFlag, environ=environ, help=help)
+
+    valued("--nnodes", default="1:1", help="number of nodes, or MIN:MAX")
+    valued(
+        "--nproc-per-node",
+        "--nproc_per_node",
+        default="1",
+        help="workers per node: an integer, cpu, gpu or auto",
+    )
+    valued(
+        "--rdzv-backend",
+        "--rdzv_backend",
+        default=BACKEND,
+        help="rendezvous backend: etcd-v3 (default; 'etcd' is an alias)",
+    )
+    valued(
+        "--rdzv-endpoint",
+        "--rdzv_endpoint",
+        default="",
+        help="etcd client address host:port[,host:port...]",
+    )
+    valued("--rdzv-id", "--rdzv_id", default="none", help="job run id shared by all nodes")
+    valued(
+        "--rdzv-conf",
+        "--rdzv_conf",
+        default="",
+        help="rendezvous settings key=value,...: " + ", ".join(RDZV_CONF_KEYS),
+    )
+    flag("--standalone", help="start an embedded etcd for a one-node run")
+    valued(
+        "--max-restarts",
+        "--max_restarts",
+        default="0",
+        help="job-wide restarts after failures before the job fails",
+    )
+    valued(
+        "--monitor-interval",
+        "--monitor_interval",
+        default="0.1",
+        help="seconds between checks of the workers",
+    )
+    valued(
+        "--start-method",
+        "--start_method",
+        default="spawn",
+        choices=["spawn", "fork", "forkserver"],
+        help="accepted for torchrun compatibility; workers are always fresh processes",
+    )
+    valued(
+        "--event-log-handler",
+        "--event_log_handler",
+        default="null",
+        help="accepted for torchrun compatibility (ignored)",
+    )
+    valued("--role", default="default", help="user-defined role of the workers")
+    flag("-m", "--module", help="run the script as a module, like python -m")
+    flag("--no-python", "--no_python", help="run the script directly, not through python")
+    flag("--run-path", "--run_path", help="run the script with runpy.run_path")
+    valued("--log-dir", "--log_dir", default=None, help="base directory of worker log files")
+    valued(
+        "-r",
+        "--redirects",
+        default="0",
+        help="redirect worker streams to files: 0-3 or local_rank:0-3,...",
+    )
+    valued("-t", "--tee", default="0", help="tee worker streams to files and the console")
+    valued(
+        "--log-line-prefix-template",
+        "--log_line_prefix_template",
+        default=None,
+        help="prefix of tee'd lines (${role_name}, ${rank}, ${local_rank}, ${hostname})",
+    )
+    valued(
+        "--local-ranks-filter",
+        "--local_ranks_filter",
+        default="",
+        help="show only these local ranks' output on the console, e.g. 0,1",
+    )
+    valued("--node-rank", "--node_rank", default="0", help="static rendezvous only (ignored)")
+    valued(
+        "--master-addr",
+        "--master_addr",
+        default="127.0.0.1",
+        help="static rendezvous only (ignored)",
+    )
+    valued("--master-port", "--master_port", default=None, help="static rendezvous only (ignored)")
+    valued(
+        "--local-addr",
+        "--local_addr",
+        default=None,
+        help="this node's address for MASTER_ADDR when it is rank 0",
+    )
+    valued(
+        "--shutdown-timeout",
+        "--shutdown_timeout",
+        default=environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", str(DEFAULT_SHUTDOWN_TIMEOUT)),
+        help="seconds between SIGTERM and SIGKILL when stopping workers",
+    )
+    valued("--health-addr", "--health_addr", default="0.0.0.0", help="health server address")
+    valued(
+        "--health-port",
+        "--health_port",
+        default=str(DEFAULT_HEALTH_PORT),
+        help="health server port; 0 disables it",
+    )
+    valued(
+        "--etcd-timeout",
+        "--etcd_timeout",
+        default=None,
+        help="seconds etcd may stay unreachable before exit code 13 (default 300)",
+    )
+    valued(
+        "--nccl-collective-timeout",
+        "--nccl_collective_timeout",
+        default="1800",
+        help="collective timeout (s), as ELASTICJOB_COLLECTIVE_TIMEOUT_SECONDS",
+    )
+    valued(
+        "--nccl-heartbeat-timeout",
+        "--nccl_heartbeat_timeout",
+        default="600",
+        help="TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC",
+    )
+    valued(
+        "--nccl-async-error-handling",
+        "--nccl_async_error_handling",
+        default=None,
+        help="TORCH_NCCL_ASYNC_ERROR_HANDLING (default 3, or the inherited value)",
+    )
+    valued(
+        "--nccl-monitoring",
+        "--nccl_monitoring",
+        default="1",
+        help="TORCH_NCCL_ENABLE_MONITORING (0 or 1)",
+    )
+    valued("--node-id", "--node_id", default=None, help="this node's id (default hostname-pid)")
+    parser.add_argument("training_script", help="the training script (or module, or program)")
+    parser.add_argument("training_script_args", nargs=argparse.REMAINDER)
+    return parser
+
+
+def parse_nnodes(text: str) -> tuple[int, int]:
+    parts = text.split(":")
+    try:
+        if len(parts) == 1:
+            low = high = int(parts[0])
+        elif len(parts) == 2:
+            low, high = int(parts[0]), int(parts[1])
+        else:
+            raise ValueError(text)
+    except ValueError:
+        raise UsageError(f"--nnodes {text!r} must be N or MIN:MAX with integers") from None
+    if not 0 < low <= high:
+        raise UsageError(f"--nnodes {text!r}: need 0 < MIN <= MAX")
+    return low, high
+
+
+def parse_rdzv_conf(text: str) -> dict[str, str]:
+    """Parse ``key=value,...``; unknown keys and bad values raise ``UsageError`` naming them."""
+    conf: dict[str, str] = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key or not value:
+            raise UsageError(f"--rdzv-conf item {item!r} must be key=value")
+        if key not in RDZV_CONF_KEYS:
+            raise UsageError(
+                f"--rdzv-conf: unknown key {key!r}; known keys: {', '.join(RDZV_CONF_KEYS)}"
+            )
+        if key in _POSITIVE_SECONDS:
+            _positive(f"--rdzv-conf {key}", value)
+        elif key == "key_prefix" and (
+            not value.startswith("/") or value.endswith("/") or not re.fullmatch(r"[\w./-]+", value)
+        ):
+            raise UsageError(
+                f"--rdzv-conf key_prefix {value!r} must start with '/', not end with '/', and use "
+                "letters, digits, '.', '_', '-' or '/'"
+            )
+        conf[key] = value
+    return conf
+
+
+def parse_std_spec(name: str, text: str) -> str:
+    """Validate torchrun's ``-r``/``-t`` spec: ``0``-``3`` or ``local_rank:0-3,...``."""
+    if re.fullmatch(r"[0-3]", text) or re.fullmatch(r"\d+:[0-3](,\d+:[0-3])*", text):
+        return text
+    raise UsageError(f"{name} {text!r} must be 0-3 or local_rank:0-3[,local_rank:0-3...]")
+
+
+def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> AgentArgs:
+    """Parse and validate. argparse exits 2 itself on unknown flags; we raise ``UsageError``."""
+    ns = build_parser(environ).parse_args(list(argv))
+    backend = _BACKEND_ALIASES.get(ns.rdzv_backend)
+    if backend is None:
+        raise UsageError(
+            f"--rdzv-backend {ns.rdzv_backend!r} is not supported: use etcd-v3 "
+            "(or --standalone for a one-node run)"
+        )
+    min_nodes, max_nodes = parse_nnodes(ns.nnodes)
+    conf = parse_rdzv_conf(ns.rdzv_conf)
+    standalone = bool(ns.standalone)
+    endpoints: tuple[Endpoint, ...] = ()
+    rdzv_id = ns.rdzv_id
+    if standalone:
+        min_nodes = max_nodes = 1
+    else:
+        if not ns.rdzv_endpoint:
+            raise UsageError("--rdzv-endpoint host:port is required (or use --standalone)")
+        try:
+            endpoints = parse_endpoints(ns.rdzv_endpoint)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        try:
+            validate_run_id(rdzv_id)
+        except ValueError as exc:
+            raise UsageError(f"--rdzv-id: {exc}") from None
+    nproc = ns.nproc_per_node
+    if nproc not in ("cpu", "gpu", "auto") and not (nproc.isdigit() and int(nproc) > 0):
+        raise UsageError(f"--nproc-per-node {nproc!r} must be a positive integer, cpu, gpu or auto")
+    if ns.module and ns.no_python:
+        raise UsageError("--module and --no-python cannot be used together")
+    max_restarts = _non_negative_int("--max-restarts", ns.max_restarts)
+    etcd_timeout_text = ns.etcd_timeout or conf.get("etcd_timeout") or str(DEFAULT_ETCD_TIMEOUT)
+    health_port = _non_negative_int("--health-port", ns.health_port)
+    if health_port > 65535:
+        raise UsageError(f"--health-port {health_port} is not a port number")
+    ranks_filter: frozenset[int] | None = None
+    if ns.local_ranks_filter:
+        try:
+            ranks_filter = frozenset(int(r) for r in ns.local_ranks_filter.split(","))
+        except ValueError:
+            raise UsageError(
+                f"--local-ranks-filter {ns.local_ranks_filter!r} must be integers like 0,1,2"
+            ) from None
+    async_handling = ns.nccl_async_error_handling or environ.get(
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING", "3"
+    )
+    if async_handling not in ("0", "1", "2", "3"):
+        raise UsageError(f"--nccl-async-error-handling {async_handling!r} must be 0, 1, 2 or 3")
+    if ns.nccl_monitoring not in ("0", "1"):
+        raise UsageError(f"--nccl-monitoring {ns.nccl_monitoring!r} must be 0 or 1")
+    return AgentArgs(
+        training_script=ns.training_script,
+        training_script_args=tuple(ns.training_script_args),
+        min_nodes=min_nodes,
+        max_nodes=max_nodes,
+        nproc_per_node=nproc,
+        rdzv_endpoints=endpoints,
+        rdzv_id=rdzv_id,
+        rdzv_conf=conf,
+        standalone=standalone,
+        max_restarts=max_restarts,
+        monitor_interval=_positive("--monitor-interval", ns.monitor_interval),
+        role=ns.role,
+        module=bool(ns.module),
+        no_python=bool(ns.no_python),
+        run_path=bool(ns.run_path),
+        log_dir=ns.log_dir,
+        redirects=parse_std_spec("--redirects", ns.redirects),
+        tee=parse_std_spec("--tee", ns.tee),
+        log_line_prefix_template=ns.log_line_prefix_template
+        or environ.get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"),
+        local_ranks_filter=ranks_filter,
+        local_addr=ns.local_addr,
+        shutdown_timeout=_non_negative("--shutdown-timeout", ns.shutdown_timeout),
+        health_addr=ns.health_addr,
+        health_port=health_port,
+        etcd_timeout=_positive("--etcd-timeout", etcd_timeout_text),
+        nccl_collective_timeout=_positive("--nccl-collective-timeout", ns.nccl_collective_timeout),
+        nccl_heartbeat_timeout=_positive("--nccl-heartbeat-timeout", ns.nccl_heartbeat_timeout),
+        nccl_async_error_handling=async_handling,
+        nccl_monitoring=ns.nccl_monitoring,
+        node_id=ns.node_id,
+    )
+
+
+def resolve_nproc(spec: str, cpu_count: int, accelerator_count: int) -> int:
+    """torchrun's ``--nproc-per-node``: ``gpu`` needs accelerators, ``auto`` falls back to CPUs."""
+    if spec.isdigit():
+        return int(spec)
+    if spec == "cpu":
+        return max(cpu_count, 1)
+    if spec == "gpu":
+        if accelerator_count < 1:
+            raise UsageError("--nproc-per-node gpu: no GPU is visible on this node")
+        return accelerator_count
+    if spec == "auto":
+        return accelerator_count if accelerator_count > 0 else max(cpu_count, 1)
+    raise UsageError(f"--nproc-per-node {spec!r} must be a positive integer, cpu, gpu or auto")
+
+
+def _number(name: str, text: Any) -> float:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        raise UsageError(f"{name} {text!r} is not a number") from None
+
+
+def _positive(name: str, text: Any) -> float:
+    value = _number(name, text)
+    if not value > 0:
+        raise UsageError(f"{name} must be > 0, got {text!r}")
+    return value
+
+
+def _non_negative(name: str, text: Any) -> float:
+    value = _number(name, text)
+    if value < 0:
+        raise UsageError(f"{name} must be >= 0, got {text!r}")
+    return value
+
+
+def _non_negative_int(name: str, text: Any) -> int:
+    try:
+        value = int(str(text))
+    except ValueError:
+        raise UsageError(f"{name} {text!r} is not an integer") from None
+    if value < 0:
+        raise UsageError(f"{name} must be >= 0, got {value}")
+    return value

@@ -1,0 +1,233 @@
+"""``elasticjob-agent``: parse the command line, wire the pieces, run the supervisor, exit.
+
+Exit codes are ``protocol.exit_codes.ExitCode``; a bad command line exits 2 before anything starts.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import sys
+import tempfile
+import threading
+import uuid
+from collections.abc import Sequence
+from contextlib import ExitStack
+from pathlib import Path
+from types import FrameType
+
+from elasticjob_agent.agent_status import AgentStatus
+from elasticjob_agent.args import AgentArgs, UsageError, parse_args, resolve_nproc
+from elasticjob_agent.etcd_link import EtcdLink, parse_endpoints
+from elasticjob_agent.health_server import HealthServer
+from elasticjob_agent.logs import EventContext, EventLog, configure
+from elasticjob_agent.metrics import AgentMetrics
+from elasticjob_agent.protocol.exit_codes import ExitCode
+from elasticjob_agent.protocol.health import EtcdStatus
+from elasticjob_agent.protocol.keys import JobKeys
+from elasticjob_agent.restart_counter import JobRestartCounter
+from elasticjob_agent.standalone import EmbeddedEtcd, EtcdStartError
+from elasticjob_agent.supervisor import Supervisor, SupervisorSettings
+from elasticjob_agent.timer_server import TimerServer
+from elasticjob_agent.worker_env import AgentKnobs
+from elasticjob_agent.worker_launch import worker_command
+from elasticjob_agent.workers import LocalWorkers, LogSettings
+
+logger = logging.getLogger("elasticjob_agent")
+
+_PROBE_INTERVAL = 1.0
+
+
+def _usage_error(message: str) -> int:
+    print(f"elasticjob-agent: error: {message}", file=sys.stderr)
+    return int(ExitCode.USAGE)
+
+
+def _accelerators() -> int:
+    try:
+        import torch  # noqa: PLC0415 - only needed for --nproc-per-node gpu/auto
+
+        return int(torch.cuda.device_count())
+    except Exception:
+        return 0
+
+
+def _make_handler(args: AgentArgs, endpoint: str, run_id: str, node: str) -> object:
+    """Our etcd-v3 handler from torch's ``RendezvousParameters``; ``ValueError`` on bad conf."""
+    from torch.distributed.elastic.rendezvous import RendezvousParameters  # noqa: PLC0415
+
+    from elasticjob_agent.rendezvous import (  # noqa: PLC0415
+        EtcdRendezvousHandler,
+        RendezvousConfig,
+    )
+
+    conf = dict(args.rdzv_conf)
+    conf["etcd_timeout"] = str(args.etcd_timeout)
+    conf.setdefault("node_id", node)
+    params = RendezvousParameters(
+        backend="etcd-v3",
+        endpoint=endpoint,
+        run_id=run_id,
+        min_nodes=args.min_nodes,
+        max_nodes=args.max_nodes,
+        local_addr=args.local_addr,
+        **conf,
+    )
+    return EtcdRendezvousHandler(RendezvousConfig.from_parameters(params))
+
+
+def _probe_loop(link: EtcdLink, metrics: AgentMetrics, stop: threading.Event) -> None:
+    while not stop.is_set():
+        metrics.set_etcd_reachable(link.probe(timeout=_PROBE_INTERVAL))
+        stop.wait(_PROBE_INTERVAL)
+
+
+def run(args: AgentArgs) -> int:
+    nproc = resolve_nproc(args.nproc_per_node, os.cpu_count() or 1, _accelerators())
+    node = args.node_id or f"{socket.gethostname()}-{os.getpid()}"
+    with ExitStack() as stack:
+        if args.standalone:
+            etcd = stack.enter_context(EmbeddedEtcd())
+            endpoint, run_id = etcd.endpoint, str(uuid.uuid4())
+            logger.info("standalone: embedded etcd at %s, rdzv id %s", endpoint, run_id)
+        else:
+            endpoint = ",".join(str(e) for e in args.rdzv_endpoints)
+            run_id = args.rdzv_id
+        endpoints = parse_endpoints(endpoint)
+        events = EventLog(logger, EventContext(run_id=run_id, node=node))
+        try:
+            handler = _make_handler(args, endpoint, run_id, node)
+        except ValueError as exc:
+            return _usage_error(str(exc))
+        link = EtcdLink(endpoints)
+        stack.callback(link.close)
+        metrics = AgentMetrics(run_id)
+        probe_stop = threading.Event()
+        probe = threading.Thread(
+            target=_probe_loop, args=(link, metrics, probe_stop), name="etcd-probe", daemon=True
+        )
+        probe.start()
+        stack.callback(probe.join, 3.0)
+        stack.callback(probe_stop.set)
+
+        work_dir = Path(tempfile.mkdtemp(prefix="elasticjob-agent-"))
+        stack.callback(_remove_tree, work_dir)
+        timers = TimerServer(str(work_dir / "timer.sock"))
+        stack.callback(timers.close)
+
+        def etcd_status() -> EtcdStatus:
+            reach = link.status()
+            return EtcdStatus(
+                reach.reachable,
+                reach.last_contact,
+                reach.unreachable_since,
+                tuple(str(e) for e in endpoints),
+            )
+
+        status = AgentStatus(
+            run_id,
+            node,
+            args.max_restarts,
+            args.worst_case_time_to_fail,
+            etcd=etcd_status,
+            progress=lambda: timers.last_progress,
+        )
+        if args.health_port:
+            try:
+                server = HealthServer(
+                    args.health_addr,
+                    args.health_port,
+                    status.report,
+                    metrics.render,
+                    lambda: status.alive(within=max(30.0, 10 * args.monitor_interval)),
+                )
+            except OSError as exc:
+                return _usage_error(
+                    f"cannot serve health on {args.health_addr}:{args.health_port}: {exc} "
+                    "(choose another --health-port, or 0 to disable)"
+                )
+            stack.callback(server.close)
+            logger.info("health server on %s:%d", args.health_addr, server.port)
+
+        log_dir = Path(args.log_dir) if args.log_dir else work_dir / "logs"
+        log_dir = log_dir / f"{run_id}_{uuid.uuid4().hex[:8]}"
+        command = worker_command(
+            args.training_script,
+            args.training_script_args,
+            os.environ.get("PYTHON_EXEC", sys.executable),
+            module=args.module,
+            no_python=args.no_python,
+            run_path=args.run_path,
+        )
+        workers = LocalWorkers(
+            command,
+            LogSettings(
+                log_dir,
+                args.redirects,
+                args.tee,
+                args.log_line_prefix_template,
+                args.local_ranks_filter,
+            ),
+        )
+        counter = JobRestartCounter(
+            link, JobKeys(args.key_prefix, run_id), node, patience=args.etcd_timeout
+        )
+        supervisor = Supervisor(
+            SupervisorSettings(
+                role=args.role,
+                nproc_per_node=nproc,
+                max_restarts=args.max_restarts,
+                monitor_interval=args.monitor_interval,
+                shutdown_timeout=args.shutdown_timeout,
+                etcd_timeout=args.etcd_timeout,
+                local_addr=args.local_addr,
+                knobs=AgentKnobs(
+                    nccl_async_error_handling=args.nccl_async_error_handling,
+                    nccl_heartbeat_timeout=args.nccl_heartbeat_timeout,
+                    nccl_monitoring=args.nccl_monitoring,
+                    nccl_collective_timeout=args.nccl_collective_timeout,
+                    timer_socket=timers.path,
+                ),
+            ),
+            handler=handler,  # type: ignore[arg-type]
+            counter=counter,
+            workers=workers,
+            timers=timers,
+            status=status,
+            metrics=metrics,
+            events=events,
+            environ=os.environ,
+            etcd_unreachable_since=lambda: link.status().unreachable_since,
+        )
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            supervisor.request_stop()
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, on_signal)
+        return int(supervisor.run())
+    return int(ExitCode.WORKER_FAILED)  # pragma: no cover - ExitStack does not swallow
+
+
+def _remove_tree(path: Path) -> None:
+    import shutil  # noqa: PLC0415
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``elasticjob-agent`` script; returns (and exits with) an ExitCode."""
+    configure()
+    try:
+        args = parse_args(sys.argv[1:] if argv is None else argv, os.environ)
+        code = run(args)
+    except UsageError as exc:
+        code = _usage_error(str(exc))
+    except EtcdStartError as exc:
+        logger.error("standalone etcd failed: %s", exc)
+        code = int(ExitCode.WORKER_FAILED)
+    if argv is None:
+        sys.exit(code)
+    return code

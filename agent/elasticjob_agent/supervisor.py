@@ -1,0 +1,433 @@
+"""The agent's main loop: rendezvous, start the local workers, watch them, restart together.
+
+One iteration per round: ``next_rendezvous()`` -> agree on ranks through the round's store ->
+start ``nproc_per_node`` workers -> every ``monitor_interval`` check workers, timers, waiting
+nodes and lost members -> on any of those stop the group, count the restart once for the job,
+and go around again. Terminal outcomes are ``ExitCode`` values (protocol/exit_codes.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from elasticjob_agent.agent_status import AgentStatus
+from elasticjob_agent.etcd_link import EtcdUnavailableError
+from elasticjob_agent.logs import EventLog
+from elasticjob_agent.metrics import AgentMetrics
+from elasticjob_agent.protocol.exit_codes import ExitCode
+from elasticjob_agent.protocol.health import AgentState, WorkerStatus
+from elasticjob_agent.protocol.keys import RestartReason
+from elasticjob_agent.rendezvous import (
+    RendezvousClosedError,
+    RendezvousConnectionError,
+    RendezvousError,
+    RendezvousStateError,
+    RendezvousTimeoutError,
+)
+from elasticjob_agent.restart_budget import RestartCounts, RestartStateError, budget_exhausted
+from elasticjob_agent.restart_counter import BUDGET_SPENT_REASON, Recorded
+from elasticjob_agent.worker_env import (
+    AgentKnobs,
+    GroupContext,
+    RankAssignment,
+    RoleInfo,
+    assign_ranks,
+    worker_env,
+)
+
+logger = logging.getLogger(__name__)
+
+_ROLE_KEY = "elasticjob/role_info/{}"
+_MASTER_KEY = "elasticjob/master"
+_EXIT_KEY = "elasticjob/exit/{}"
+_EXIT_BARRIER_TIMEOUT = 300.0
+_MEMBERSHIP_CHECK_EVERY = 0.2
+
+
+class Handler(Protocol):
+    """The part of torch's ``RendezvousHandler`` (plus our extras) the supervisor uses."""
+
+    def next_rendezvous(self) -> Any: ...
+    def num_nodes_waiting(self) -> int: ...
+    def set_closed(self) -> None: ...
+    def get_run_id(self) -> str: ...
+    def shutdown(self) -> bool: ...
+
+
+class Counter(Protocol):
+    def read(self) -> RestartCounts: ...
+    def record(self, round_: int, reason: RestartReason) -> Recorded: ...
+    def mark_budget_spent(self, counts: RestartCounts, max_restarts: int) -> None: ...
+    def close_reason(self) -> str | None: ...
+
+
+class Workers(Protocol):
+    def start(self, envs: Mapping[int, Mapping[str, str]], attempt: int, role: str) -> None: ...
+    def pids(self) -> dict[int, int]: ...
+    def exit_codes(self) -> dict[int, int | None]: ...
+    def kill(self, pid: int) -> None: ...
+    def stop(self, grace: float) -> dict[int, int | None]: ...
+
+
+class Timers(Protocol):
+    def reset(self, pids: frozenset[int]) -> None: ...
+    def expired(self) -> list[tuple[int, str]]: ...
+
+
+@dataclass(frozen=True)
+class SupervisorSettings:
+    role: str
+    nproc_per_node: int
+    max_restarts: int
+    monitor_interval: float
+    shutdown_timeout: float
+    etcd_timeout: float
+    local_addr: str | None
+    knobs: AgentKnobs
+
+
+class _Exit(Exception):
+    def __init__(self, code: ExitCode, detail: str = "") -> None:
+        super().__init__(code, detail)
+        self.code = code
+        self.detail = detail
+
+
+class Supervisor:
+    def __init__(
+        self,
+        settings: SupervisorSettings,
+        *,
+        handler: Handler,
+        counter: Counter,
+        workers: Workers,
+        timers: Timers,
+        status: AgentStatus,
+        metrics: AgentMetrics,
+        events: EventLog,
+        environ: Mapping[str, str],
+        etcd_unreachable_since: Callable[[], float | None],
+    ) -> None:
+        self._s = settings
+        self._handler = handler
+        self._counter = counter
+        self._workers = workers
+        self._timers = timers
+        self._status = status
+        self._metrics = metrics
+        self._events = events
+        self._environ = dict(environ)
+        self._unreachable_since = etcd_unreachable_since
+        self._stop_signal = threading.Event()
+        self._round = 0
+        self._attempt = 0
+
+    # -- public --------------------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """Called from the SIGTERM handler: stop workers, leave the rendezvous, exit 143."""
+        self._stop_signal.set()
+
+    def run(self) -> ExitCode:
+        self._events.info(
+            "agent_started",
+            max_restarts=self._s.max_restarts,
+            nproc_per_node=self._s.nproc_per_node,
+            worst_case_time_to_fail_s=self._status.report().worst_case_time_to_fail_seconds,
+        )
+        try:
+            while True:
+                self._one_round()
+        except _Exit as done:
+            return self._finish(done.code, done.detail)
+        finally:
+            self._workers.stop(self._s.shutdown_timeout)
+
+    # -- one round -----------------------------------------------------------------------------
+
+    def _one_round(self) -> None:
+        info, rdzv_seconds = self._rendezvous()
+        self._round = int(getattr(self._handler, "round", self._attempt))
+        group_rank, group_world = int(info.rank), int(info.world_size)
+        self._events.ctx = self._events.ctx.with_round(self._round, group_rank, None)
+        counts = self._etcd(self._counter.read)
+        assignment = self._exchange_roles(info.store, group_rank, group_world)
+        master_addr, master_port = self._master(info, group_rank)
+        ctx = GroupContext(
+            run_id=self._handler.get_run_id(),
+            role=self._s.role,
+            group_rank=group_rank,
+            group_world_size=group_world,
+            local_world_size=self._s.nproc_per_node,
+            master_addr=master_addr,
+            master_port=master_port,
+            restart_count=counts.total,
+            max_restarts=self._s.max_restarts,
+            assignment=assignment,
+        )
+        self._events.ctx = self._events.ctx.with_round(
+            self._round, group_rank, assignment.global_world_size
+        )
+        self._metrics.set_round(self._round, assignment.global_world_size, rdzv_seconds)
+        self._metrics.set_restarts(counts.full())
+        envs = {
+            lr: worker_env(
+                ctx,
+                lr,
+                self._environ,
+                self._s.knobs,
+                error_file=None,
+            )
+            for lr in range(self._s.nproc_per_node)
+        }
+        self._workers.start(envs, self._attempt, self._s.role)
+        pids = self._workers.pids()
+        self._timers.reset(frozenset(pids.values()))
+        now = time.time()
+        self._status.update(
+            state=AgentState.RUNNING,
+            round=self._round,
+            group_rank=group_rank,
+            group_world_size=group_world,
+            world_size=assignment.global_world_size,
+            restarts_by_reason=counts.full(),
+            waiting_since=None,
+            last_progress=now,
+            workers=tuple(WorkerStatus(lr, pid, None) for lr, pid in sorted(pids.items())),
+        )
+        self._events.info(
+            "workers_started",
+            master=f"{master_addr}:{master_port}",
+            first_rank=assignment.base_global_rank,
+            restart_count=counts.total,
+            rendezvous_s=f"{rdzv_seconds:.3f}",
+        )
+        reason = self._monitor(info.store, group_rank, group_world)
+        self._restart(reason)
+
+    def _rendezvous(self) -> tuple[Any, float]:
+        """``next_rendezvous()`` in a helper thread, so SIGTERM and the etcd deadline still act."""
+        self._attempt += 1
+        started = time.time()
+        self._status.update(state=AgentState.RENDEZVOUS, waiting_since=started, workers=())
+        self._events.info("rendezvous_started", attempt=self._attempt)
+        box: dict[str, Any] = {}
+
+        def call() -> None:
+            try:
+                box["info"] = self._handler.next_rendezvous()
+            except BaseException as exc:  # handed to the main thread below
+                box["error"] = exc
+
+        thread = threading.Thread(target=call, name="rendezvous", daemon=True)
+        thread.start()
+        while thread.is_alive():
+            self._status.beat()
+            thread.join(0.1)
+            if self._stop_signal.is_set():
+                self._leave()
+                raise _Exit(ExitCode.TERMINATED, "SIGTERM while in rendezvous")
+            self._check_etcd_deadline("rendezvous")
+        error = box.get("error")
+        if error is not None:
+            self._raise_for_rendezvous_error(error)
+        elapsed = time.time() - started
+        self._events.info("rendezvous_completed", seconds=f"{elapsed:.3f}")
+        return box["info"], elapsed
+
+    def _raise_for_rendezvous_error(self, error: BaseException) -> None:
+        if isinstance(error, RendezvousClosedError):
+            reason = self._closed_reason()
+            if reason == BUDGET_SPENT_REASON:
+                raise _Exit(ExitCode.MAX_RESTARTS_EXCEEDED, "rendezvous closed: budget spent")
+            raise _Exit(ExitCode.RENDEZVOUS_CLOSED, "rendezvous closed")
+        if isinstance(error, RendezvousTimeoutError):
+            raise _Exit(ExitCode.JOIN_TIMEOUT, str(error))
+        if isinstance(error, RendezvousConnectionError):
+            raise _Exit(ExitCode.ETCD_UNREACHABLE, str(error))
+        if isinstance(error, RendezvousStateError):
+            raise _Exit(ExitCode.WORKER_FAILED, f"corrupt rendezvous state: {error}")
+        if isinstance(error, RendezvousError):
+            raise _Exit(ExitCode.WORKER_FAILED, f"rendezvous failed: {error}")
+        raise error
+
+    def _closed_reason(self) -> str | None:
+        try:
+            return self._counter.close_reason()
+        except EtcdUnavailableError:
+            return None
+
+    def _exchange_roles(self, store: Any, group_rank: int, group_world: int) -> RankAssignment:
+        """torchrun's role-rank exchange, through the round's store (one key per node)."""
+        mine = RoleInfo(self._s.role, group_rank, self._s.nproc_per_node)
+        store.set(_ROLE_KEY.format(group_rank), mine.encode())
+        infos = [RoleInfo.decode(bytes(store.get(_ROLE_KEY.format(r)))) for r in range(group_world)]
+        return assign_ranks(infos)[group_rank]
+
+    def _master(self, info: Any, group_rank: int) -> tuple[str, int]:
+        bootstrap = getattr(info, "bootstrap_store_info", None)
+        if bootstrap is not None and getattr(bootstrap, "master_addr", None):
+            return str(bootstrap.master_addr), int(bootstrap.master_port)
+        # Fallback when the handler does not publish it: rank 0's node does, through the store.
+        if group_rank == 0:
+            addr = self._s.local_addr or socket.getfqdn()
+            with socket.socket() as sock:
+                sock.bind(("", 0))
+                port = int(sock.getsockname()[1])
+            info.store.set(_MASTER_KEY, f"{addr}:{port}".encode())
+            return addr, port
+        addr, _, port_text = bytes(info.store.get(_MASTER_KEY)).decode().rpartition(":")
+        return addr, int(port_text)
+
+    def _monitor(self, store: Any, group_rank: int, group_world: int) -> RestartReason:
+        """Watch until the group must restart; return why. Success and SIGTERM exit from here."""
+        next_membership_check = 0.0
+        while True:
+            self._status.beat()
+            if self._stop_signal.wait(self._s.monitor_interval):
+                self._preempted()
+            expired = self._timers.expired()
+            if expired:
+                for pid, scope in expired:
+                    self._events.warning("timer_expired", pid=pid, scope=scope)
+                    self._workers.kill(pid)
+                self._metrics.worker_failed(len(expired))
+                return RestartReason.TIMER
+            codes = self._workers.exit_codes()
+            self._status.update(
+                workers=tuple(
+                    WorkerStatus(lr, pid, codes.get(lr))
+                    for lr, pid in sorted(self._workers.pids().items())
+                )
+            )
+            failures = {lr: c for lr, c in codes.items() if c not in (None, 0)}
+            if failures:
+                self._metrics.worker_failed(len(failures))
+                self._events.warning("worker_failed", exit_codes=failures)
+                return RestartReason.FAILURE
+            if codes and all(c == 0 for c in codes.values()):
+                self._succeeded(store, group_rank, group_world)
+            now = time.monotonic()
+            if now >= next_membership_check and self._unreachable_since() is None:
+                next_membership_check = now + _MEMBERSHIP_CHECK_EVERY
+                reason = self._membership_change()
+                if reason is not None:
+                    return reason
+
+    def _membership_change(self) -> RestartReason | None:
+        try:
+            waiting = self._handler.num_nodes_waiting()
+            alive = getattr(self._handler, "members_alive", None)
+            members_ok = True if alive is None else bool(alive())
+        except RendezvousError as exc:
+            # etcd is only needed to re-form: keep training, the probe reports the outage.
+            logger.debug("membership check failed: %s", exc)
+            return None
+        if not members_ok:
+            self._events.warning("member_lost")
+            return RestartReason.FAILURE
+        if waiting > 0:
+            self._events.info("nodes_waiting", waiting=waiting)
+            return RestartReason.MEMBERSHIP
+        return None
+
+    def _restart(self, reason: RestartReason) -> None:
+        self._status.update(state=AgentState.RESTARTING)
+        # Count first, then stop: peers racing to count the same round see our reason.
+        recorded = self._etcd(lambda: self._counter.record(self._round, reason))
+        codes = self._workers.stop(self._s.shutdown_timeout)
+        counts = recorded.counts
+        self._metrics.set_restarts(counts.full())
+        self._status.update(restarts_by_reason=counts.full())
+        self._events.info(
+            "group_stopped",
+            reason=reason.value,
+            counted_reason=recorded.reason.value,
+            counted_here=recorded.counted,
+            restarts_total=counts.total,
+            restarts_spent=counts.spent,
+            exit_codes=codes,
+        )
+        if budget_exhausted(counts, self._s.max_restarts):
+            self._etcd(lambda: self._counter.mark_budget_spent(counts, self._s.max_restarts))
+            try:
+                self._handler.set_closed()
+            except RendezvousError as exc:
+                logger.warning("closing the rendezvous failed: %s", exc)
+            raise _Exit(
+                ExitCode.MAX_RESTARTS_EXCEEDED,
+                f"{counts.spent} restarts after failures > max_restarts={self._s.max_restarts}",
+            )
+
+    # -- terminal paths ------------------------------------------------------------------------
+
+    def _preempted(self) -> None:
+        self._status.update(state=AgentState.STOPPING)
+        self._events.info("sigterm_received")
+        try:
+            self._counter.record(self._round, RestartReason.PREEMPTION)
+        except (EtcdUnavailableError, RestartStateError) as exc:
+            logger.warning("could not count the preemption: %s", exc)
+        self._leave()
+        self._workers.stop(self._s.shutdown_timeout)
+        raise _Exit(ExitCode.TERMINATED, "SIGTERM")
+
+    def _leave(self) -> None:
+        leave = getattr(self._handler, "leave", None)
+        if leave is None:
+            return
+        try:
+            leave()
+        except RendezvousError as exc:
+            logger.warning("leaving the rendezvous failed: %s", exc)
+
+    def _succeeded(self, store: Any, group_rank: int, group_world: int) -> None:
+        self._events.info("workers_succeeded")
+        self._status.update(state=AgentState.SUCCEEDED)
+        # Exit barrier (like torchrun's): stay a live member until every node is done, so
+        # nobody mistakes our exit for a lost member and restarts a finished job.
+        try:
+            store.set(_EXIT_KEY.format(group_rank), b"1")
+            deadline = time.monotonic() + _EXIT_BARRIER_TIMEOUT
+            keys = [_EXIT_KEY.format(r) for r in range(group_world)]
+            while not store.check(keys) and time.monotonic() < deadline:
+                self._status.beat()
+                if self._stop_signal.wait(0.1):
+                    break
+        except Exception as exc:  # the job is done; a broken barrier must not fail it
+            logger.warning("exit barrier failed: %s", exc)
+        try:
+            self._handler.shutdown()
+        except RendezvousError as exc:
+            logger.warning("rendezvous shutdown failed: %s", exc)
+        raise _Exit(ExitCode.SUCCEEDED, "all workers exited 0")
+
+    def _etcd(self, fn: Callable[[], Any]) -> Any:
+        """An etcd operation we cannot do without: exit 13 if etcd stays away too long."""
+        try:
+            return fn()
+        except EtcdUnavailableError as exc:
+            raise _Exit(ExitCode.ETCD_UNREACHABLE, str(exc)) from exc
+        except RestartStateError as exc:
+            raise _Exit(ExitCode.WORKER_FAILED, f"corrupt restart state: {exc}") from exc
+
+    def _check_etcd_deadline(self, what: str) -> None:
+        since = self._unreachable_since()
+        if since is not None and time.time() - since > self._s.etcd_timeout:
+            raise _Exit(
+                ExitCode.ETCD_UNREACHABLE,
+                f"etcd unreachable for more than {self._s.etcd_timeout:g}s during {what}",
+            )
+
+    def _finish(self, code: ExitCode, detail: str) -> ExitCode:
+        state = AgentState.SUCCEEDED if code is ExitCode.SUCCEEDED else AgentState.FAILED
+        self._status.update(state=state, exit_reason=code.reason, waiting_since=None)
+        log = self._events.info if code is ExitCode.SUCCEEDED else self._events.error
+        log("agent_exiting", exit_code=int(code), reason=code.reason, detail=repr(detail))
+        return code

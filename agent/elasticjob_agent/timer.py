@@ -1,0 +1,57 @@
+"""Expiration timers for worker code: ``with expires(after=60): step()``.
+
+If the block is still running ``after`` seconds later, the agent kills this worker (SIGKILL) and
+the group restarts with reason ``timer`` (it spends ``max_restarts``, like a failure). Every timer
+message also counts as a sign of progress in the agent's health report (``lastProgress``).
+
+The agent passes a Unix datagram socket in ``ELASTICJOB_TIMER_SOCKET``. Outside the agent (plain
+``python train.py``) the variable is absent and ``expires`` does nothing, so scripts stay runnable.
+This module imports only the standard library.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+TIMER_SOCKET_ENV = "ELASTICJOB_TIMER_SOCKET"
+_MAX_SCOPE = 200
+
+
+def _send(message: dict[str, object]) -> None:
+    path = os.environ.get(TIMER_SOCKET_ENV)
+    if not path:
+        return
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        try:
+            sock.sendto(json.dumps(message).encode(), path)
+        except OSError:
+            # The agent is gone or restarting us: nothing useful to do from inside the worker.
+            return
+
+
+@contextmanager
+def expires(after: float, scope: str | None = None) -> Iterator[None]:
+    """Ask the agent to kill this process unless the block ends within ``after`` seconds.
+
+    ``scope`` names the timer (default: the caller's pid); nested timers need distinct scopes.
+    Raises ``ValueError`` for a non-positive ``after``.
+    """
+    if not after > 0:
+        raise ValueError(f"expires(after={after!r}): after must be a positive number of seconds")
+    name = (scope or "default")[:_MAX_SCOPE]
+    pid = os.getpid()
+    _send({"op": "acquire", "pid": pid, "scope": name, "deadline": time.time() + after})
+    try:
+        yield
+    finally:
+        _send({"op": "release", "pid": pid, "scope": name})
+
+
+def heartbeat() -> None:
+    """Tell the agent this worker is making progress (shown as ``lastProgress``)."""
+    _send({"op": "heartbeat", "pid": os.getpid()})

@@ -1,0 +1,175 @@
+"""The local worker processes of one round: start, poll, kill, stop (SIGTERM, then SIGKILL).
+
+Each worker runs in its own session (so a stop reaches its children too) and dies with the
+agent (``PR_SET_PDEATHSIG``), so a SIGKILLed agent never leaves orphans training alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from string import Template
+from typing import IO
+
+from elasticjob_agent.worker_launch import GroupOutcome, group_outcome, streams_for
+
+logger = logging.getLogger(__name__)
+
+_PR_SET_PDEATHSIG = 1
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+
+
+def _die_with_parent() -> None:
+    # Runs in the child between fork and exec.
+    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+@dataclass(frozen=True)
+class LogSettings:
+    directory: Path
+    redirects: str = "0"
+    tee: str = "0"
+    prefix_template: str | None = None
+    ranks_filter: frozenset[int] | None = None
+
+
+def _pump(src: IO[bytes], file: IO[bytes], console: IO[str] | None, prefix: str) -> None:
+    for line in iter(src.readline, b""):
+        file.write(line)
+        file.flush()
+        if console is not None:
+            console.write(prefix + line.decode(errors="replace"))
+            console.flush()
+    src.close()
+
+
+class LocalWorkers:
+    """One group of local workers. Not thread-safe: the supervisor's thread owns it."""
+
+    def __init__(self, command: Sequence[str], logs: LogSettings) -> None:
+        self._command = list(command)
+        self._logs = logs
+        self._procs: dict[int, subprocess.Popen[bytes]] = {}
+        self._files: list[IO[bytes]] = []
+        self._pumps: list[threading.Thread] = []
+        self.error_files: dict[int, Path] = {}
+
+    def error_file(self, attempt: int, local_rank: int) -> Path:
+        return self._logs.directory / f"attempt_{attempt}" / str(local_rank) / "error.json"
+
+    def start(self, envs: Mapping[int, Mapping[str, str]], attempt: int, role: str) -> None:
+        """Start one process per local rank with its environment."""
+        if self._procs:
+            raise RuntimeError("workers are already running; stop() them first")
+        for local_rank in sorted(envs):
+            env = dict(envs[local_rank])
+            rank_dir = self._logs.directory / f"attempt_{attempt}" / str(local_rank)
+            rank_dir.mkdir(parents=True, exist_ok=True)
+            streams = streams_for(self._logs.redirects, self._logs.tee, local_rank)
+            show = self._logs.ranks_filter is None or local_rank in self._logs.ranks_filter
+            stdout: int | IO[bytes] | None = None if show else subprocess.DEVNULL
+            stderr: int | IO[bytes] | None = None if show else subprocess.DEVNULL
+            prefix = Template(self._logs.prefix_template or "[${role_name}${local_rank}]:")
+            line_prefix = prefix.safe_substitute(
+                role_name=role,
+                rank=env.get("RANK", ""),
+                local_rank=local_rank,
+                hostname=os.uname().nodename,
+            )
+            tees: list[tuple[str, IO[bytes], IO[str]]] = []
+            for name, to_file, tee, console in (
+                ("stdout", streams.stdout_to_file, streams.stdout_tee, sys.stdout),
+                ("stderr", streams.stderr_to_file, streams.stderr_tee, sys.stderr),
+            ):
+                if not to_file:
+                    continue
+                file = open(rank_dir / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop()
+                self._files.append(file)
+                if tee:
+                    tees.append((name, file, console))
+                    target: int | IO[bytes] = subprocess.PIPE
+                else:
+                    target = file
+                if name == "stdout":
+                    stdout = target
+                else:
+                    stderr = target
+            proc = subprocess.Popen(
+                self._command,
+                env=env,
+                stdout=stdout,
+                stderr=stderr,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,  # noqa: PLW1509 - only calls prctl(2)
+            )
+            for name, log_file, console in tees:
+                src = proc.stdout if name == "stdout" else proc.stderr
+                if src is None:  # cannot happen: PIPE was requested for this stream
+                    continue
+                pump = threading.Thread(
+                    target=_pump,
+                    args=(src, log_file, console if show else None, line_prefix),
+                    daemon=True,
+                )
+                pump.start()
+                self._pumps.append(pump)
+            self._procs[local_rank] = proc
+            self.error_files[local_rank] = rank_dir / "error.json"
+
+    def pids(self) -> dict[int, int]:
+        return {rank: proc.pid for rank, proc in self._procs.items()}
+
+    def exit_codes(self) -> dict[int, int | None]:
+        return {rank: proc.poll() for rank, proc in self._procs.items()}
+
+    def poll(self) -> GroupOutcome:
+        return group_outcome(self.exit_codes())
+
+    def kill(self, pid: int) -> None:
+        """SIGKILL one worker (and its session), e.g. after its timer expired."""
+        for proc in self._procs.values():
+            if proc.pid == pid and proc.poll() is None:
+                _signal_session(proc, signal.SIGKILL)
+
+    def signal_all(self, sig: int) -> None:
+        for proc in self._procs.values():
+            if proc.poll() is None:
+                _signal_session(proc, sig)
+
+    def stop(self, grace: float) -> dict[int, int | None]:
+        """SIGTERM every worker, SIGKILL whatever is left after ``grace`` seconds; wait for all."""
+        if not self._procs:
+            return {}
+        self.signal_all(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and any(p.poll() is None for p in self._procs.values()):
+            time.sleep(0.02)
+        for proc in self._procs.values():
+            # Kill the whole session even if the leader exited: its children may linger.
+            _signal_session(proc, signal.SIGKILL)
+            proc.wait()
+        codes = self.exit_codes()
+        for pump in self._pumps:
+            pump.join(1.0)
+        for file in self._files:
+            file.close()
+        self._procs.clear()
+        self._files.clear()
+        self._pumps.clear()
+        return codes
+
+
+def _signal_session(proc: subprocess.Popen[bytes], sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, sig)

@@ -1,0 +1,39 @@
+"""Lifecycle log lines and the health report the supervisor publishes."""
+
+from __future__ import annotations
+
+from elasticjob_agent.agent_status import AgentStatus
+from elasticjob_agent.logs import EventContext, format_event
+from elasticjob_agent.protocol.health import AgentState, EtcdStatus, HealthReport
+
+
+def test_every_line_has_the_context() -> None:
+    ctx = EventContext("job", "node-a")
+    assert format_event(ctx, "agent_started", {"x": 1}) == (
+        "event=agent_started run_id=job round=- node=node-a rank=- world_size=- x=1"
+    )
+    ctx = ctx.with_round(3, 1, 4)
+    assert "round=3 node=node-a rank=1 world_size=4" in format_event(ctx, "e", {})
+
+
+def test_status_report_round_trips_through_the_schema() -> None:
+    now = [100.0]
+    status = AgentStatus(
+        "job",
+        "n",
+        3,
+        7200.0,
+        etcd=lambda: EtcdStatus(False, 90.0, 95.0, ("127.0.0.1:2379",)),
+        progress=lambda: 99.0,
+        clock=lambda: now[0],
+    )
+    status.update(state=AgentState.RUNNING, round=2, restarts_by_reason={"failure": 1})
+    report = HealthReport.loads(status.report().dumps())
+    assert report.state is AgentState.RUNNING
+    assert report.round == 2 and report.restarts_total == 1
+    assert report.etcd.reachable is False and report.etcd.unreachable_since == 95.0
+    assert report.last_progress == 99.0
+    assert report.worst_case_time_to_fail_seconds == 7200.0
+    assert status.alive(within=5)
+    now[0] = 200.0
+    assert not status.alive(within=5)

@@ -1,0 +1,110 @@
+"""The job-wide restart counter against a real etcd: once per round, atomic, seedable."""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from elasticjob_agent.etcd_link import EtcdLink, EtcdUnavailableError, parse_endpoints
+from elasticjob_agent.protocol.keys import JobKeys, RestartReason
+from elasticjob_agent.restart_budget import RestartStateError
+from elasticjob_agent.restart_counter import BUDGET_SPENT_REASON, JobRestartCounter
+
+
+@pytest.fixture
+def link(etcd_server_session: Any) -> Iterator[EtcdLink]:
+    link = EtcdLink(parse_endpoints(etcd_server_session.endpoint))
+    yield link
+    link.close()
+
+
+@pytest.fixture
+def keys() -> JobKeys:
+    return JobKeys("/elasticjob-test", f"run-{uuid.uuid4().hex[:8]}")
+
+
+def test_many_agents_count_one_round_once(link: EtcdLink, keys: JobKeys) -> None:
+    counters = [JobRestartCounter(link, keys, f"n{i}", patience=5) for i in range(6)]
+    results = []
+    lock = threading.Lock()
+
+    def record(c: JobRestartCounter, reason: RestartReason) -> None:
+        r = c.record(7, reason)
+        with lock:
+            results.append(r)
+
+    threads = [
+        threading.Thread(
+            target=record, args=(c, RestartReason.FAILURE if i else RestartReason.TIMER)
+        )
+        for i, c in enumerate(counters)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(r.counted for r in results) == 1
+    winner = next(r for r in results if r.counted)
+    assert all(r.reason is winner.reason for r in results)
+    assert counters[0].read().total == 1
+
+
+def test_distinct_rounds_increment_concurrently(link: EtcdLink, keys: JobKeys) -> None:
+    counters = [JobRestartCounter(link, keys, f"n{i}", patience=5) for i in range(4)]
+    threads = [
+        threading.Thread(target=c.record, args=(round_, RestartReason.MEMBERSHIP))
+        for round_, c in enumerate(counters)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert counters[0].read().by_reason == {"membership": 4}
+    assert counters[0].read().spent == 0
+
+
+def test_seed_is_the_starting_point(link: EtcdLink, keys: JobKeys) -> None:
+    link.put(keys.restart_seed, json.dumps({"byReason": {"failure": 2, "preemption": 1}}).encode())
+    counter = JobRestartCounter(link, keys, "n", patience=5)
+    assert counter.read().by_reason == {"failure": 2, "preemption": 1}
+    result = counter.record(1, RestartReason.FAILURE)
+    assert result.counts.by_reason == {"failure": 3, "preemption": 1}
+    # Once counters exist, a later seed does not reset them.
+    link.put(keys.restart_seed, json.dumps({"byReason": {}}).encode())
+    assert counter.read().by_reason == {"failure": 3, "preemption": 1}
+
+
+def test_corrupt_counter_is_a_state_error(link: EtcdLink, keys: JobKeys) -> None:
+    link.put(keys.restart_counter(RestartReason.FAILURE), b"lots")
+    with pytest.raises(RestartStateError, match="not a non-negative integer"):
+        JobRestartCounter(link, keys, "n", patience=5).read()
+
+
+def test_close_reason(link: EtcdLink, keys: JobKeys) -> None:
+    counter = JobRestartCounter(link, keys, "n", patience=5)
+    assert counter.close_reason() is None
+    counter.mark_budget_spent(counter.record(0, RestartReason.FAILURE).counts, 0)
+    assert counter.close_reason() == BUDGET_SPENT_REASON
+
+
+def test_unreachable_etcd_is_reported_and_bounded(etcd_server: Any) -> None:
+    link = EtcdLink(parse_endpoints(etcd_server.endpoint), call_timeout=0.5)
+    try:
+        keys = JobKeys("/elasticjob-test", "down")
+        counter = JobRestartCounter(link, keys, "n", patience=1.5)
+        assert counter.read().total == 0
+        assert link.status().reachable
+        etcd_server.kill()
+        with pytest.raises(EtcdUnavailableError):
+            counter.record(0, RestartReason.FAILURE)
+        status = link.status()
+        assert not status.reachable and status.unreachable_since is not None
+        etcd_server.start()
+        assert counter.record(0, RestartReason.FAILURE).counted
+        assert link.status().reachable
+    finally:
+        link.close()

@@ -1,0 +1,86 @@
+"""Where the local cluster finds its binaries and keeps its state, and how big it is."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+#: The Kubernetes release that ``localcluster/build.sh`` builds (keep the two in step).
+K8S_VERSION = "v1.33.13"
+
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}$")
+_QUANTITY_RE = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|Mi|Gi|Ti|M|G|T)?$")
+
+
+def repo_root() -> Path:
+    """The repository this package lives in (``<repo>/localcluster/elasticjob_localcluster``)."""
+    return Path(__file__).resolve().parents[2]
+
+
+def cache_dir() -> Path:
+    """``$ELASTICJOB_CACHE`` (default ``~/.cache/elasticjob``): binaries and cluster state."""
+    raw = os.environ.get("ELASTICJOB_CACHE")
+    return Path(raw) if raw else Path.home() / ".cache" / "elasticjob"
+
+
+def k8s_bin_dir() -> Path:
+    """Directory holding kube-apiserver, kube-controller-manager and kube-scheduler."""
+    version = os.environ.get("ELASTICJOB_K8S_VERSION", K8S_VERSION)
+    return cache_dir() / "k8s" / version / "bin"
+
+
+def tool_path(name: str) -> Path:
+    """``kubectl`` or ``helm`` as ``localcluster/build.sh`` caches them."""
+    return cache_dir() / "bin" / name
+
+
+def venv_bin_dir() -> Path:
+    """The repository's virtualenv ``bin``: first on every pod's PATH."""
+    return repo_root() / ".venv" / "bin"
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """The shape of one local cluster.
+
+    ``name`` keys its state directory (``$ELASTICJOB_CACHE/cluster/<name>``) and must be unique
+    among clusters running at the same time on this machine.
+    """
+
+    name: str = "dev"
+    #: Number of virtual nodes the node emulator registers (``node-1`` ... ``node-N``).
+    nodes: int = 4
+    #: ``nvidia.com/gpu`` capacity of each node.
+    gpus_per_node: int = 4
+    #: CPU capacity of each node (a Kubernetes quantity).
+    cpu_per_node: str = "8"
+    #: Memory capacity of each node (a Kubernetes quantity).
+    memory_per_node: str = "32Gi"
+    #: Maximum pods per node.
+    pods_per_node: int = 110
+
+    def __post_init__(self) -> None:
+        if not _NAME_RE.match(self.name):
+            raise ValueError(
+                f"cluster name {self.name!r}: use 1-31 lowercase letters, digits or '-'"
+            )
+        if not 1 <= self.nodes <= 64:
+            raise ValueError(f"nodes={self.nodes}: choose between 1 and 64 virtual nodes")
+        if self.gpus_per_node < 0:
+            raise ValueError(f"gpus_per_node={self.gpus_per_node}: must be >= 0")
+        for field, value in (("cpu_per_node", self.cpu_per_node), ("memory_per_node", self.memory_per_node)):
+            if not _QUANTITY_RE.match(value):
+                raise ValueError(f"{field}={value!r}: not a Kubernetes quantity such as '8' or '32Gi'")
+        if self.pods_per_node < 1:
+            raise ValueError(f"pods_per_node={self.pods_per_node}: must be >= 1")
+
+    @property
+    def state_dir(self) -> Path:
+        """Everything this cluster writes: PKI, kubeconfigs, logs, pod records."""
+        return cache_dir() / "cluster" / self.name
+
+    def node_names(self) -> list[str]:
+        """Names of the virtual nodes, ``node-1`` ... ``node-N``."""
+        return [f"node-{i}" for i in range(1, self.nodes + 1)]

@@ -1,0 +1,150 @@
+"""The cluster process: owns the control plane, the pod network and the node emulator.
+
+``python -m elasticjob_localcluster serve`` runs it in the foreground; ``up`` and the pytest
+fixture start it in the background. It writes ``<state>/cluster.json`` once every node is Ready
+and, on SIGTERM/SIGINT, stops the pods, the components and removes the network it made. Its
+children die with it even if it is SIGKILLed (``PR_SET_PDEATHSIG``); ``down`` then removes the
+network leftovers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from . import network
+from .config import ClusterConfig, cache_dir
+from .controlplane import ControlPlane, start_control_plane, version
+from .emulator import NodeEmulator, control_server
+from .kubeapi import KubeApi
+
+log = logging.getLogger(__name__)
+
+INFO_FILE = "cluster.json"
+
+
+def etcd_data_dir(config: ClusterConfig) -> Path:
+    """etcd's data lives in memory (``/dev/shm``) when possible: fsync on a shared disk is slow."""
+    shm = Path("/dev/shm")
+    base = shm if shm.is_dir() and os.access(shm, os.W_OK) else config.state_dir
+    return base / f"elasticjob-{config.name}-etcd"
+
+
+def serve(config: ClusterConfig) -> int:
+    """Run the cluster until SIGTERM/SIGINT; returns the process exit code."""
+    started = time.monotonic()
+    state = config.state_dir
+    state.mkdir(parents=True, exist_ok=True)
+    (state / INFO_FILE).unlink(missing_ok=True)
+    for stale in ("records", "pods"):
+        shutil.rmtree(state / stale, ignore_errors=True)
+    subnet, slot_lock = network.acquire_slot(cache_dir() / "cluster" / "slots")
+    (state / "slot").write_text(str(subnet.slot))
+    def request_stop(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, request_stop)
+    cp: ControlPlane | None = None
+    try:
+        network.create_bridge(subnet)
+        cp = start_control_plane(state, subnet.gateway, etcd_data_dir(config))
+        control_plane_s = time.monotonic() - started
+        log.info("control plane ready in %.1f s", control_plane_s)
+        asyncio.run(_run(config, cp, subnet, started, control_plane_s))
+        return 0
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        (state / INFO_FILE).unlink(missing_ok=True)
+        if cp is not None:
+            cp.stop()
+        network.delete_bridge(subnet)
+        shutil.rmtree(etcd_data_dir(config), ignore_errors=True)
+        (state / "control.sock").unlink(missing_ok=True)
+        slot_lock.close()
+        log.info("cluster %s stopped", config.name)
+
+
+async def _run(config: ClusterConfig, cp: ControlPlane, subnet: network.Subnet, started: float, cp_s: float) -> None:
+    state = config.state_dir
+    ca_pem = cp.pki.ca_cert.read_text()
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stopping.set)
+    async with KubeApi(cp.server, cp.tokens["node-emulator"], cp.pki.ca_cert) as api:
+        emulator = NodeEmulator(
+            config, api, subnet, cp.api_port, ca_pem, (cp.pki.serving_cert, cp.pki.serving_key)
+        )
+        try:
+            await emulator.start()
+
+            async def lose(req: dict[str, Any]) -> Any:
+                return await emulator.lose_node(str(req["node"]))
+
+            async def restore(req: dict[str, Any]) -> Any:
+                await emulator.restore_node(str(req["node"]))
+                return None
+
+            async def ping(_req: dict[str, Any]) -> Any:
+                return "pong"
+
+            server = await control_server(
+                state / "control.sock", {"lose_node": lose, "restore_node": restore, "ping": ping}
+            )
+            await _wait_nodes_ready(api, config)
+            info = {
+                "name": config.name,
+                "pid": os.getpid(),
+                "kubeconfig": str(cp.kubeconfig("admin")),
+                "server": cp.server,
+                "version": version(cp),
+                "slot": subnet.slot,
+                "gateway": subnet.gateway,
+                "api_port": cp.api_port,
+                "nodes": config.node_names(),
+                "gpus_per_node": config.gpus_per_node,
+                "control_plane_seconds": round(cp_s, 1),
+                "start_seconds": round(time.monotonic() - started, 1),
+            }
+            tmp = state / (INFO_FILE + ".tmp")
+            tmp.write_text(json.dumps(info, indent=2))
+            tmp.replace(state / INFO_FILE)
+            log.info("cluster %s ready in %.1f s", config.name, time.monotonic() - started)
+            while not stopping.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stopping.wait(), 1)
+                cp.check_alive()
+            server.close()
+        finally:
+            try:
+                await asyncio.wait_for(emulator.shutdown(), 30)
+            except Exception as err:
+                log.warning("emulator shutdown: %s", err)
+
+
+async def _wait_nodes_ready(api: KubeApi, config: ClusterConfig, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        nodes = (await api.get("/api/v1/nodes")).get("items", [])
+        ready = [
+            n
+            for n in nodes
+            if any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions", []))
+            and not any(t.get("key") == "node.kubernetes.io/not-ready" for t in n["spec"].get("taints", []))
+        ]
+        if len(ready) >= config.nodes:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"only {len(ready)} of {config.nodes} nodes became Ready in {timeout:.0f} s")
+        await asyncio.sleep(0.3)

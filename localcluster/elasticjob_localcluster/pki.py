@@ -1,0 +1,110 @@
+"""Certificates and keys of one cluster, made with the ``openssl`` command line tool."""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class PkiError(RuntimeError):
+    """openssl is missing or failed."""
+
+
+@dataclass(frozen=True)
+class Pki:
+    """Paths of the files :func:`make_pki` writes into one directory."""
+
+    directory: Path
+
+    @property
+    def ca_cert(self) -> Path:
+        return self.directory / "ca.crt"
+
+    @property
+    def ca_key(self) -> Path:
+        return self.directory / "ca.key"
+
+    @property
+    def serving_cert(self) -> Path:
+        """Serves the API (and the emulated kubelets' log endpoint)."""
+        return self.directory / "apiserver.crt"
+
+    @property
+    def serving_key(self) -> Path:
+        return self.directory / "apiserver.key"
+
+    @property
+    def sa_key(self) -> Path:
+        """Signs ServiceAccount tokens."""
+        return self.directory / "sa.key"
+
+    @property
+    def sa_pub(self) -> Path:
+        return self.directory / "sa.pub"
+
+    @property
+    def token_file(self) -> Path:
+        """Static tokens of the admin and the control-plane components."""
+        return self.directory / "tokens.csv"
+
+
+#: Static identities: (user, groups). The admin and the node emulator are cluster admins; the
+#: controller-manager and scheduler use the identities RBAC's bootstrap policy grants rights to.
+IDENTITIES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "admin": ("admin", ("system:masters",)),
+    "controller-manager": ("system:kube-controller-manager", ()),
+    "scheduler": ("system:kube-scheduler", ()),
+    "node-emulator": ("elasticjob:node-emulator", ("system:masters", "system:nodes")),
+}
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    if shutil.which("openssl") is None:
+        raise PkiError("openssl not found: install it (apt-get install openssl)")
+    done = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise PkiError(f"openssl {' '.join(args[:2])} failed: {done.stderr.strip()}")
+
+
+def make_pki(directory: Path, ip_sans: list[str], dns_sans: list[str]) -> tuple[Pki, dict[str, str]]:
+    """Create a CA, a serving certificate valid for ``ip_sans``/``dns_sans``, the ServiceAccount
+    key pair and a static token per identity in :data:`IDENTITIES`.
+
+    Returns the paths and the token of each identity. Overwrites what ``directory`` held.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    pki = Pki(directory)
+    _openssl(
+        "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt",
+        "-days", "3650", "-subj", "/CN=elasticjob-local-ca", cwd=directory,
+    )  # fmt: skip
+    sans = ",".join([f"IP:{ip}" for ip in ip_sans] + [f"DNS:{name}" for name in dns_sans])
+    (directory / "serving.ext").write_text(
+        f"subjectAltName={sans}\nextendedKeyUsage=serverAuth,clientAuth\n"
+        "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n"
+    )
+    _openssl(
+        "req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", "apiserver.key",
+        "-out", "apiserver.csr", "-subj", "/CN=kube-apiserver", cwd=directory,
+    )  # fmt: skip
+    _openssl(
+        "x509", "-req", "-in", "apiserver.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+        "-CAcreateserial", "-days", "3650", "-out", "apiserver.crt", "-extfile", "serving.ext",
+        cwd=directory,
+    )  # fmt: skip
+    _openssl("genrsa", "-out", "sa.key", "2048", cwd=directory)
+    _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=directory)
+    tokens = {name: secrets.token_hex(24) for name in IDENTITIES}
+    lines = []
+    for name, (user, groups) in IDENTITIES.items():
+        line = f"{tokens[name]},{user},{user}"
+        if groups:
+            line += ',"' + ",".join(groups) + '"'
+        lines.append(line)
+    pki.token_file.write_text("\n".join(lines) + "\n")
+    for secret in (pki.ca_key, pki.serving_key, pki.sa_key, pki.token_file):
+        secret.chmod(0o600)
+    return pki, tokens

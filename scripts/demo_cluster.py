@@ -1,0 +1,399 @@
+"""The cluster demo: install the chart, run an ElasticJob, break it twice, watch it succeed.
+
+Everything after the local cluster is up (``make cluster-up``):
+
+1. ``helm upgrade --install`` the operator chart and wait for the operator;
+2. ``kubectl apply`` the job (``examples/elasticjob.yaml`` by default);
+3. print one line per change of the job's phase, nodes, round, world size, restarts or stall;
+4. once it trains, kill one worker's trainer container (a failure: spends one restart);
+5. once it trains again, cut the managed etcd pod off the network (an outage: the operator marks
+   the job ``Stalled``/``EtcdUnavailable``, remediates, and the group re-forms for free);
+6. wait for ``Succeeded`` and print a summary: timeline, restarts by reason, Events.
+
+The same ``Scenario`` drives the end-to-end observability test, which passes a callback that keeps
+Prometheus' scrape targets in step with the pods.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+REPO = Path(__file__).resolve().parents[1]
+CHART = REPO / "charts" / "elasticjob-operator"
+RELEASE = "elasticjob"
+OPERATOR_NAMESPACE = "elasticjob-system"
+
+JOB_LABEL = "elasticjob.dev/job-name"
+ROLE_LABEL = "elasticjob.dev/role"
+
+
+class DemoError(RuntimeError):
+    """The demo could not go on; the message says what was expected and what was seen."""
+
+
+class ClusterOps(Protocol):
+    """What the scenario needs from a cluster: the e2e fixture provides exactly this."""
+
+    def kubectl(self, *args: str) -> str: ...
+
+    def helm(self, *args: str) -> str: ...
+
+    def kill_container(self, namespace: str, pod: str, container: str) -> None: ...
+
+    def cut_pod(self, namespace: str, pod: str) -> None: ...
+
+    def restore_pod(self, namespace: str, pod: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class PodView:
+    name: str
+    role: str
+    phase: str
+    ip: str | None
+
+
+@dataclass(frozen=True)
+class JobView:
+    """The parts of an ElasticJob's status the demo shows."""
+
+    phase: str
+    desired: int
+    ready: int
+    waiting: int
+    round: int
+    world_size: int
+    restarts: dict[str, int]
+    stalled: str | None
+    """The Stalled condition's reason while it is True."""
+
+    @classmethod
+    def from_object(cls, obj: dict[str, Any]) -> JobView:
+        status = obj.get("status") or {}
+        stalled = None
+        for cond in status.get("conditions") or []:
+            if cond.get("type") == "Stalled" and cond.get("status") == "True":
+                stalled = str(cond.get("reason") or "Unknown")
+        by_reason = (status.get("restarts") or {}).get("byReason") or {}
+        return cls(
+            phase=str(status.get("phase") or "Pending"),
+            desired=int(obj.get("spec", {}).get("replicas") or 0),
+            ready=int(status.get("readyNodes") or 0),
+            waiting=int(status.get("waitingNodes") or 0),
+            round=int(status.get("round") or 0),
+            world_size=int(status.get("worldSize") or 0),
+            restarts={str(k): int(v) for k, v in by_reason.items() if int(v)},
+            stalled=stalled,
+        )
+
+    def row(self) -> tuple[str, ...]:
+        restarts = ",".join(f"{k}={v}" for k, v in sorted(self.restarts.items())) or "-"
+        return (
+            self.phase,
+            f"{self.ready}/{self.desired}",
+            str(self.waiting),
+            str(self.round),
+            str(self.world_size),
+            restarts,
+            self.stalled or "-",
+        )
+
+
+HEADER = ("time", "phase", "nodes", "waiting", "round", "world", "restarts", "stalled", "event")
+WIDTHS = (7, 11, 6, 8, 6, 6, 28, 16, 0)
+
+
+def format_row(cells: Sequence[str]) -> str:
+    return "  ".join(c.ljust(w) if w else c for c, w in zip(cells, WIDTHS, strict=True)).rstrip()
+
+
+@dataclass
+class Timeline:
+    """What happened, for the live table and the summary."""
+
+    started: float
+    rows: list[tuple[str, ...]] = field(default_factory=list)
+    out: Callable[[str], None] = print
+    last: JobView | None = None
+
+    def elapsed(self) -> str:
+        return f"{time.monotonic() - self.started:6.1f}s"
+
+    def header(self) -> None:
+        self.out(format_row(HEADER))
+
+    def note(self, view: JobView | None, event: str) -> None:
+        cells = (self.elapsed(), *(view.row() if view else ("",) * 7), event)
+        self.rows.append(cells)
+        self.out(format_row(cells))
+
+    def observe(self, view: JobView) -> None:
+        if view != self.last:
+            self.note(view, "")
+            self.last = view
+
+
+Observer = Callable[[JobView, list[PodView]], None]
+
+
+@dataclass
+class Scenario:
+    ops: ClusterOps
+    manifest: Path
+    namespace: str = "default"
+    timeout: float = 900.0
+    poll: float = 1.0
+    observer: Observer | None = None
+    helm_values: dict[str, str] = field(default_factory=dict)
+    out: Callable[[str], None] = print
+    timeline: Timeline = field(init=False)
+    job: str = field(init=False, default="")
+
+    def __post_init__(self) -> None:
+        self.timeline = Timeline(started=time.monotonic(), out=self.out)
+
+    # -- steps -------------------------------------------------------------------------------
+
+    def install_operator(self) -> None:
+        self.out(f"==> helm upgrade --install {RELEASE} {CHART.relative_to(REPO)}")
+        sets = [a for k, v in self.helm_values.items() for a in ("--set", f"{k}={v}")]
+        self.ops.helm(
+            "upgrade", "--install", RELEASE, str(CHART),
+            "--namespace", OPERATOR_NAMESPACE, "--create-namespace",
+            "--wait", "--timeout", "5m", *sets,
+        )  # fmt: skip
+        self.ops.kubectl(
+            "-n", OPERATOR_NAMESPACE, "rollout", "status",
+            f"deployment/{RELEASE}-elasticjob-operator", "--timeout=180s",
+        )  # fmt: skip
+        self.out("    operator is up")
+
+    def apply_job(self) -> str:
+        docs = self.ops.kubectl(
+            "apply", "-n", self.namespace, "-f", str(self.manifest), "-o", "json"
+        )
+        applied = json.loads(docs)
+        items = applied.get("items", [applied])
+        jobs = [i for i in items if i.get("kind") == "ElasticJob"]
+        if len(jobs) != 1:
+            raise DemoError(f"{self.manifest} must hold exactly one ElasticJob, found {len(jobs)}")
+        self.job = str(jobs[0]["metadata"]["name"])
+        self.out(f"==> kubectl apply -f {self.manifest}: ElasticJob {self.namespace}/{self.job}")
+        return self.job
+
+    def read(self) -> tuple[JobView, list[PodView]]:
+        obj = json.loads(
+            self.ops.kubectl("get", "elasticjob", self.job, "-n", self.namespace, "-o", "json")
+        )
+        pods_raw = json.loads(
+            self.ops.kubectl(
+                "get", "pods", "-n", self.namespace, "-l", f"{JOB_LABEL}={self.job}", "-o", "json"
+            )
+        )
+        pods = [
+            PodView(
+                name=str(p["metadata"]["name"]),
+                role=str(p["metadata"].get("labels", {}).get(ROLE_LABEL, "")),
+                phase=str((p.get("status") or {}).get("phase") or "Pending"),
+                ip=(p.get("status") or {}).get("podIP"),
+            )
+            for p in pods_raw.get("items", [])
+            if not p["metadata"].get("deletionTimestamp")
+        ]
+        view = JobView.from_object(obj)
+        self.timeline.observe(view)
+        if self.observer:
+            self.observer(view, pods)
+        return view, pods
+
+    def wait_for(
+        self, what: str, done: Callable[[JobView, list[PodView]], bool], timeout: float
+    ) -> JobView:
+        deadline = time.monotonic() + timeout
+        while True:
+            view, pods = self.read()
+            if done(view, pods):
+                return view
+            if view.phase == "Failed":
+                raise DemoError(f"the job failed while waiting for {what}: {view}")
+            if time.monotonic() > deadline:
+                raise DemoError(f"timed out after {timeout:.0f}s waiting for {what}; last: {view}")
+            time.sleep(self.poll)
+
+    def training(self, min_round: int = 1) -> Callable[[JobView, list[PodView]], bool]:
+        def done(view: JobView, pods: list[PodView]) -> bool:
+            return view.phase == "Running" and view.world_size > 0 and view.round >= min_round
+
+        return done
+
+    def kill_worker(self) -> None:
+        view, pods = self.read()
+        workers = sorted(p.name for p in pods if p.role == "worker" and p.phase == "Running")
+        if not workers:
+            raise DemoError("no running worker pod to kill")
+        before = view.restarts.get("failure", 0)
+        self.timeline.note(view, f"inject: kill container trainer of {workers[-1]}")
+        self.ops.kill_container(self.namespace, workers[-1], "trainer")
+        self.wait_for(
+            "the failure to be counted",
+            lambda v, _: v.restarts.get("failure", 0) > before,
+            timeout=min(self.timeout, 300),
+        )
+        self.timeline.note(None, "job-wide failure restart counted")
+
+    def etcd_outage(self, hold: float = 15.0) -> None:
+        view, pods = self.read()
+        etcd = [p.name for p in pods if p.role == "etcd" and p.phase == "Running"]
+        if not etcd:
+            raise DemoError("no running managed etcd pod (is spec.etcd.mode External?)")
+        self.timeline.note(view, f"inject: cut {etcd[0]} off the network")
+        self.ops.cut_pod(self.namespace, etcd[0])
+        try:
+            self.wait_for(
+                "condition Stalled/EtcdUnavailable",
+                lambda v, _: v.stalled == "EtcdUnavailable",
+                timeout=min(self.timeout, 300),
+            )
+            self.timeline.note(None, "operator: Stalled, reason EtcdUnavailable")
+            # Leave the outage in place a little: the operator's remediation is what ends it.
+            end = time.monotonic() + hold
+            while time.monotonic() < end:
+                self.read()
+                time.sleep(self.poll)
+        finally:
+            try:
+                self.ops.restore_pod(self.namespace, etcd[0])
+                self.timeline.note(None, f"restore: {etcd[0]} back on the network")
+            except Exception as exc:  # the operator may already have replaced the pod
+                self.timeline.note(None, f"restore: {etcd[0]} not restored ({exc})")
+        self.wait_for(
+            "the stall to clear", lambda v, _: v.stalled is None, timeout=min(self.timeout, 300)
+        )
+        self.timeline.note(None, "stall cleared")
+
+    def run(self, *, inject: bool = True) -> JobView:
+        self.install_operator()
+        self.apply_job()
+        self.timeline.header()
+        self.wait_for("the job to train", self.training(), self.timeout)
+        if inject:
+            self.kill_worker()
+            self.wait_for("training to resume", self.training(), self.timeout)
+            self.etcd_outage()
+        final = self.wait_for("Succeeded", lambda v, _: v.phase == "Succeeded", self.timeout)
+        self.timeline.note(final, "job Succeeded")
+        return final
+
+    def summary(self, final: JobView) -> str:
+        events = self.ops.kubectl(
+            "get", "events", "-n", self.namespace,
+            "--field-selector", f"involvedObject.kind=ElasticJob,involvedObject.name={self.job}",
+            "--sort-by", ".lastTimestamp",
+            "-o", "custom-columns=TYPE:.type,REASON:.reason,MESSAGE:.message",
+        )  # fmt: skip
+        restarts = ", ".join(f"{k}: {v}" for k, v in sorted(final.restarts.items())) or "none"
+        failures = final.restarts.get("failure", 0) + final.restarts.get("timer", 0)
+        lines = [
+            "",
+            f"==> Summary of {self.namespace}/{self.job}",
+            f"    outcome:        {final.phase} after {self.timeline.elapsed().strip()}",
+            f"    restarts:       {restarts} (spent from maxRestarts: {failures})",
+            f"    last round:     {final.round}, world size {final.world_size}",
+            "    what happened:",
+            *(f"      {r[0]}  {r[-1]}" for r in self.timeline.rows if r[-1]),
+            "    events:",
+            *(f"      {line}" for line in events.strip().splitlines()),
+        ]
+        return "\n".join(lines)
+
+
+# -- the command line: drive the cluster that `make cluster-up` started -------------------------
+
+
+@dataclass
+class LocalCluster:
+    """``ClusterOps`` for the running local cluster: kubectl and helm with its kubeconfig, faults
+    through the local cluster's own control interface."""
+
+    kubeconfig: Path
+    bin_dir: Path
+
+    def _run(self, tool: str, *args: str) -> str:
+        cmd = [str(self.bin_dir / tool), "--kubeconfig", str(self.kubeconfig), *args]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+        if proc.returncode != 0:
+            raise DemoError(f"{tool} {' '.join(args)} failed: {proc.stderr.strip()}")
+        return proc.stdout
+
+    def kubectl(self, *args: str) -> str:
+        return self._run("kubectl", *args)
+
+    def helm(self, *args: str) -> str:
+        return self._run("helm", *args)
+
+    def _faults(self) -> Any:
+        try:
+            return importlib.import_module("elasticjob_localcluster.faults")
+        except ImportError as exc:
+            raise DemoError(
+                "fault injection needs elasticjob_localcluster.faults (the local cluster)"
+            ) from exc
+
+    def kill_container(self, namespace: str, pod: str, container: str) -> None:
+        self._faults().kill_container(self.kubeconfig, namespace, pod, container)
+
+    def cut_pod(self, namespace: str, pod: str) -> None:
+        self._faults().cut_pod(self.kubeconfig, namespace, pod)
+
+    def restore_pod(self, namespace: str, pod: str) -> None:
+        self._faults().restore_pod(self.kubeconfig, namespace, pod)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import os  # noqa: PLC0415 - only the command line reads the environment
+
+    cache = Path(os.environ.get("ELASTICJOB_CACHE", Path.home() / ".cache" / "elasticjob"))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument(
+        "--kubeconfig",
+        type=Path,
+        default=REPO / "run" / "kubeconfig",
+        help="kubeconfig of the local cluster (default: run/kubeconfig)",
+    )
+    parser.add_argument("--manifest", type=Path, default=REPO / "examples" / "elasticjob.yaml")
+    parser.add_argument("--namespace", default="default")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per wait")
+    parser.add_argument(
+        "--no-faults", action="store_true", help="run the job without injecting failures"
+    )
+    args = parser.parse_args(argv)
+    if not args.kubeconfig.is_file():
+        parser.error(
+            f"no kubeconfig at {args.kubeconfig}: start the cluster with `make cluster-up`"
+        )
+    if not args.manifest.is_file():
+        parser.error(f"no manifest at {args.manifest}")
+    ops = LocalCluster(kubeconfig=args.kubeconfig, bin_dir=cache / "bin")
+    scenario = Scenario(
+        ops=ops, manifest=args.manifest, namespace=args.namespace, timeout=args.timeout
+    )
+    try:
+        final = scenario.run(inject=not args.no_faults)
+    except DemoError as exc:
+        print(f"demo: {exc}", file=sys.stderr)
+        return 1
+    print(scenario.summary(final))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""The chart on the real local cluster: helm install, helm test, and the operator at work under
+exactly the RBAC the chart grants, in namespaced and in cluster-wide mode."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+
+from tests.unit.chart.charttools import CHART, REPO
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+# A job that needs nothing to exist: the test only waits for the operator to take it up.
+JOB = """
+apiVersion: elasticjob.dev/v1alpha1
+kind: ElasticJob
+metadata:
+  name: rbac-probe
+spec:
+  replicas: 1
+  device: cpu
+  nprocPerNode: 1
+  template:
+    spec:
+      containers:
+        - name: trainer
+          image: local/ignored:1
+          command: [python, -c, "print('hello')"]
+"""
+
+
+def _apply_job(cluster: Any, namespace: str, tmp: Any) -> None:
+    path = tmp / f"job-{namespace}.yaml"
+    path.write_text(JOB)
+    cluster.kubectl("apply", "-n", namespace, "-f", str(path))
+
+
+def _status(cluster: Any, namespace: str) -> dict[str, Any]:
+    obj = json.loads(cluster.kubectl("get", "ej", "rbac-probe", "-n", namespace, "-o", "json"))
+    status: dict[str, Any] = obj.get("status") or {}
+    return status
+
+
+def _wait_for_status(cluster: Any, namespace: str, timeout: float = 120) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = _status(cluster, namespace)
+        if status.get("phase"):
+            return status
+        time.sleep(1)
+    raise AssertionError(f"the operator never wrote status.phase of {namespace}/rbac-probe")
+
+
+def _install(cluster: Any, release: str, namespace: str, *sets: str) -> None:
+    flags = [a for s in sets for a in ("--set", s)]
+    cluster.helm(
+        "install", release, str(CHART), "--namespace", namespace, "--create-namespace",
+        "--wait", "--timeout", "5m", *flags,
+    )  # fmt: skip
+
+
+def _operator_logs(cluster: Any, release: str, namespace: str) -> str:
+    pods = json.loads(
+        cluster.kubectl(
+            "get", "pods", "-n", namespace, "-o", "json",
+            "-l", f"app.kubernetes.io/instance={release},app.kubernetes.io/component=operator",
+        )
+    )  # fmt: skip
+    return "\n".join(str(cluster.pod_logs(namespace, p["metadata"]["name"])) for p in pods["items"])
+
+
+def test_namespaced_install_helm_test_and_rbac(cluster: Any, tmp_path: Any) -> None:
+    for ns in ("ej-team-a", "ej-outside"):
+        cluster.kubectl("create", "namespace", ns)
+    _install(cluster, "ej-ns", "ej-ops", "watchNamespaces={ej-team-a}")
+    try:
+        out = cluster.helm("test", "ej-ns", "--namespace", "ej-ops", "--logs")
+        assert "ok: operator metrics" in out, out
+
+        sa = "system:serviceaccount:ej-ops:ej-ns-elasticjob-operator"
+        can = cluster.kubectl(
+            "auth", "can-i", "patch", "elasticjobs/status", "-n", "ej-team-a", "--as", sa
+        )
+        assert can.strip() == "yes"
+        # Least privilege: nothing outside the watched namespace, no secrets anywhere.
+        for args in (
+            ("patch", "elasticjobs/status", "-n", "ej-outside"),
+            ("get", "secrets", "-n", "ej-team-a"),
+            ("create", "pods", "-n", "ej-outside"),
+        ):
+            proc_out = _can_i(cluster, *args, "--as", sa)
+            assert proc_out == "no", f"{sa} can {args}"
+
+        _apply_job(cluster, "ej-team-a", tmp_path)
+        _apply_job(cluster, "ej-outside", tmp_path)
+        assert _wait_for_status(cluster, "ej-team-a")["phase"]
+        time.sleep(5)
+        assert not _status(cluster, "ej-outside").get("phase"), "a job outside watchNamespaces ran"
+        logs = _operator_logs(cluster, "ej-ns", "ej-ops")
+        assert "Forbidden" not in logs and " 403" not in logs, logs[-3000:]
+    finally:
+        for ns in ("ej-team-a", "ej-outside"):
+            cluster.kubectl("delete", "ej", "--all", "-n", ns, "--wait=false")
+        cluster.helm("uninstall", "ej-ns", "--namespace", "ej-ops", "--wait")
+
+
+def _can_i(cluster: Any, *args: str) -> str:
+    # `kubectl auth can-i` exits 1 on "no": the fixture may raise, so read the answer either way.
+    try:
+        return str(cluster.kubectl("auth", "can-i", *args)).strip()
+    except Exception as exc:
+        return "no" if "no" in str(exc).split() else str(exc)
+
+
+def test_cluster_wide_install_helm_test_and_a_job(cluster: Any, tmp_path: Any) -> None:
+    _install(cluster, "ej-cw", "ej-ops-cw")
+    try:
+        out = cluster.helm("test", "ej-cw", "--namespace", "ej-ops-cw", "--logs")
+        assert "ok: elasticjob.dev/v1alpha1 serves" in out, out
+        cluster.kubectl("create", "namespace", "ej-anywhere")
+        _apply_job(cluster, "ej-anywhere", tmp_path)
+        assert _wait_for_status(cluster, "ej-anywhere")["phase"]
+        logs = _operator_logs(cluster, "ej-cw", "ej-ops-cw")
+        assert "Forbidden" not in logs, logs[-3000:]
+    finally:
+        cluster.kubectl("delete", "namespace", "ej-anywhere", "--wait=false")
+        cluster.helm("uninstall", "ej-cw", "--namespace", "ej-ops-cw", "--wait")
+
+
+def test_examples_pass_api_server_validation(cluster: Any) -> None:
+    # The CRD from the chart's crds/ (the same bytes as crds/, see tests/unit/chart).
+    cluster.kubectl("apply", "--server-side", "-f", str(CHART / "crds" / "elasticjob.yaml"))
+    cluster.kubectl("wait", "--for=condition=Established", "crd/elasticjobs.elasticjob.dev")
+    for path in sorted((REPO / "examples").glob("*.yaml")):
+        out = cluster.kubectl("apply", "--dry-run=server", "-n", "default", "-f", str(path))
+        assert "(server dry run)" in out, f"{path.name}: {out}"
+
+
+def test_api_server_rejects_an_invalid_job_with_the_cel_message(
+    cluster: Any, tmp_path: Any
+) -> None:
+    cluster.kubectl("apply", "--server-side", "-f", str(CHART / "crds" / "elasticjob.yaml"))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(JOB.replace("replicas: 1", "replicas: 3\n  maxNodes: 2"))
+    with pytest.raises(Exception) as excinfo:
+        cluster.kubectl("apply", "--dry-run=server", "-n", "default", "-f", str(bad))
+    assert "spec.replicas must be <= spec.maxNodes" in str(excinfo.value)

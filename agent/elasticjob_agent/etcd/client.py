@@ -1,0 +1,429 @@
+"""A small asyncio etcd v3 client: the only module of the agent that talks gRPC to etcd.
+
+It uses the generated stubs and messages that ``aetcd`` ships (``aetcd.rpc``) and adds what the
+rendezvous and the restart counter need and ``aetcd.Client`` lacks: transactions with count-only
+and historical ranges, one watch stream per watch with a known start revision, failover across
+endpoints, and reachability bookkeeping for the health report.
+
+Contract:
+
+- Every request carries a deadline of ``request_timeout`` seconds.
+- A request that fails because etcd is unreachable (``UNAVAILABLE``, ``DEADLINE_EXCEEDED``, a
+  broken stream) raises ``RendezvousConnectionError`` at once, marks the client unreachable and
+  drops the channel; the next request opens a new channel to the next endpoint, resolving its
+  host name again (a Kubernetes Service may now point to a new pod). Retrying is the caller's
+  business (``retry_until``).
+- ``LeaseNotFoundError``: the lease is gone (expired, revoked, or etcd was wiped).
+- Any other error from etcd raises ``EtcdRequestError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, TypeVar
+
+import grpc
+from aetcd import rpc
+
+from elasticjob_agent.etcd.endpoints import Endpoint, parse_endpoints
+from elasticjob_agent.rendezvous.errors import RendezvousConnectionError
+
+T = TypeVar("T")
+
+_UNREACHABLE = {
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.CANCELLED,
+    grpc.StatusCode.UNKNOWN,
+}
+_CHANNEL_OPTIONS = (
+    # Notice a silently dead connection (no RST, e.g. a cut network) within ~15 s.
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    # Reconnect quickly after an outage instead of grpc's default exponential backoff to 120 s.
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1_000),
+)
+
+
+class EtcdRequestError(Exception):
+    """etcd rejected a request for a reason other than being unreachable."""
+
+    def __init__(self, code: str, details: str) -> None:
+        super().__init__(f"etcd request failed: {code}: {details}")
+        self.code = code
+        self.details = details
+
+
+class LeaseNotFoundError(EtcdRequestError):
+    """The lease does not exist (any more)."""
+
+
+@dataclass(frozen=True)
+class Reachability:
+    """What the health report says about etcd."""
+
+    reachable: bool
+    last_contact: float | None
+    """Unix time of the last successful request."""
+    unreachable_since: float | None
+    """Unix time of the first failure of the current outage; ``None`` while reachable."""
+
+
+def prefix_end(prefix: bytes) -> bytes:
+    """The ``range_end`` that selects every key starting with ``prefix``."""
+    end = bytearray(prefix)
+    for i in reversed(range(len(end))):
+        if end[i] < 0xFF:
+            end[i] += 1
+            return bytes(end[: i + 1])
+    return b"\0"
+
+
+# --- transaction building blocks (plain protobuf messages) ---------------------------------
+
+
+def cmp_version(key: bytes, op: str, version: int) -> Any:
+    """Compare a key's version (0 = absent) with ``op`` in ``== != < >``."""
+    return rpc.Compare(key=key, target=rpc.Compare.VERSION, result=_OPS[op], version=version)
+
+
+def cmp_mod(key: bytes, op: str, revision: int) -> Any:
+    """Compare a key's mod revision (0 = absent)."""
+    return rpc.Compare(key=key, target=rpc.Compare.MOD, result=_OPS[op], mod_revision=revision)
+
+
+def cmp_create(key: bytes, op: str, revision: int) -> Any:
+    """Compare a key's create revision (0 = absent)."""
+    return rpc.Compare(
+        key=key, target=rpc.Compare.CREATE, result=_OPS[op], create_revision=revision
+    )
+
+
+def cmp_value(key: bytes, op: str, value: bytes) -> Any:
+    return rpc.Compare(key=key, target=rpc.Compare.VALUE, result=_OPS[op], value=value)
+
+
+_OPS = {
+    "==": rpc.Compare.EQUAL,
+    "!=": rpc.Compare.NOT_EQUAL,
+    "<": rpc.Compare.LESS,
+    ">": rpc.Compare.GREATER,
+}
+
+
+def op_put(key: bytes, value: bytes, lease: int = 0) -> Any:
+    return rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value, lease=lease))
+
+
+def op_delete(key: bytes, range_end: bytes = b"") -> Any:
+    return rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key, range_end=range_end))
+
+
+def range_request(
+    key: bytes,
+    range_end: bytes = b"",
+    *,
+    count_only: bool = False,
+    keys_only: bool = False,
+    limit: int = 0,
+    revision: int = 0,
+    sort_create: str | None = None,
+    max_create_revision: int = 0,
+) -> Any:
+    """A RangeRequest; ``sort_create`` is ``"ascend"``/``"descend"`` by create revision."""
+    req = rpc.RangeRequest(
+        key=key,
+        range_end=range_end,
+        count_only=count_only,
+        keys_only=keys_only,
+        limit=limit,
+        revision=revision,
+        max_create_revision=max_create_revision,
+    )
+    if sort_create is not None:
+        req.sort_target = rpc.RangeRequest.CREATE
+        req.sort_order = (
+            rpc.RangeRequest.ASCEND if sort_create == "ascend" else rpc.RangeRequest.DESCEND
+        )
+    return req
+
+
+def op_range(key: bytes, range_end: bytes = b"", **kwargs: Any) -> Any:
+    return rpc.RequestOp(request_range=range_request(key, range_end, **kwargs))
+
+
+class EtcdClient:
+    """One logical connection to an etcd cluster (see the module docstring for the contract)."""
+
+    def __init__(
+        self,
+        endpoints: str | Sequence[Endpoint],
+        *,
+        request_timeout: float = 5.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.endpoints: tuple[Endpoint, ...] = (
+            parse_endpoints(endpoints) if isinstance(endpoints, str) else tuple(endpoints)
+        )
+        if not self.endpoints:
+            raise ValueError("at least one etcd endpoint is required")
+        self.request_timeout = request_timeout
+        self._clock = clock
+        self._index = 0
+        self._channel: grpc.aio.Channel | None = None
+        self._kv: Any = None
+        self._lease: Any = None
+        self._watch: Any = None
+        self._last_contact: float | None = None
+        self._unreachable_since: float | None = None
+        self.requests = 0
+        """Number of requests sent (unary calls and watch creations), for benchmarks."""
+
+    # --- connection and bookkeeping ---------------------------------------------------------
+
+    @property
+    def endpoint(self) -> Endpoint:
+        return self.endpoints[self._index]
+
+    def reachability(self) -> Reachability:
+        return Reachability(
+            reachable=self._unreachable_since is None,
+            last_contact=self._last_contact,
+            unreachable_since=self._unreachable_since,
+        )
+
+    def _ensure_channel(self) -> None:
+        if self._channel is None:
+            self._channel = grpc.aio.insecure_channel(
+                str(self.endpoint), options=list(_CHANNEL_OPTIONS)
+            )
+            self._kv = rpc.KVStub(self._channel)
+            self._lease = rpc.LeaseStub(self._channel)
+            self._watch = rpc.WatchStub(self._channel)
+
+    def _contact(self) -> None:
+        self._last_contact = self._clock()
+        self._unreachable_since = None
+
+    def _failed(self) -> None:
+        if self._unreachable_since is None:
+            self._unreachable_since = self._clock()
+        # Drop the channel: the next call resolves the (next) endpoint's name again.
+        channel, self._channel = self._channel, None
+        self._index = (self._index + 1) % len(self.endpoints)
+        if channel is not None:
+            asyncio.get_running_loop().create_task(channel.close())
+
+    def _map_error(self, exc: grpc.aio.AioRpcError) -> Exception:
+        code = exc.code()
+        details = exc.details() or ""
+        if code in _UNREACHABLE:
+            self._failed()
+            return RendezvousConnectionError(
+                f"etcd at {','.join(map(str, self.endpoints))} unreachable: {code.name}: {details}"
+            )
+        self._contact()
+        if code == grpc.StatusCode.NOT_FOUND and "lease" in details:
+            return LeaseNotFoundError(code.name, details)
+        return EtcdRequestError(code.name, details)
+
+    async def _unary(self, method: str, stub_name: str, request: Any) -> Any:
+        self._ensure_channel()
+        stub = getattr(self, stub_name)
+        self.requests += 1
+        try:
+            response = await getattr(stub, method)(request, timeout=self.request_timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise self._map_error(exc) from exc
+        self._contact()
+        return response
+
+    async def close(self) -> None:
+        channel, self._channel = self._channel, None
+        if channel is not None:
+            await channel.close()
+
+    async def __aenter__(self) -> EtcdClient:
+        return self
+
+    async def __aexit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    # --- KV ---------------------------------------------------------------------------------
+
+    async def range(self, key: bytes, range_end: bytes = b"", **kwargs: Any) -> Any:
+        """A ``RangeResponse`` (``kvs``, ``count``, ``header.revision``)."""
+        return await self._unary("Range", "_kv", range_request(key, range_end, **kwargs))
+
+    async def get(self, key: bytes) -> Any | None:
+        """The ``KeyValue`` of ``key`` or ``None``."""
+        response = await self.range(key)
+        return response.kvs[0] if response.kvs else None
+
+    async def put(self, key: bytes, value: bytes, lease: int = 0) -> Any:
+        return await self._unary("Put", "_kv", rpc.PutRequest(key=key, value=value, lease=lease))
+
+    async def delete(self, key: bytes, range_end: bytes = b"") -> int:
+        """Delete ``key`` (or ``[key, range_end)``); return how many keys were deleted."""
+        response = await self._unary(
+            "DeleteRange", "_kv", rpc.DeleteRangeRequest(key=key, range_end=range_end)
+        )
+        return int(response.deleted)
+
+    async def txn(
+        self, compare: Sequence[Any], success: Sequence[Any] = (), failure: Sequence[Any] = ()
+    ) -> Any:
+        """A ``TxnResponse``: ``succeeded``, ``responses[i].response_range`` etc."""
+        request = rpc.TxnRequest(
+            compare=list(compare), success=list(success), failure=list(failure)
+        )
+        return await self._unary("Txn", "_kv", request)
+
+    # --- leases -----------------------------------------------------------------------------
+
+    async def grant(self, ttl: int) -> int:
+        response = await self._unary("LeaseGrant", "_lease", rpc.LeaseGrantRequest(TTL=ttl))
+        if response.error:
+            raise EtcdRequestError("LeaseGrant", response.error)
+        return int(response.ID)
+
+    async def keepalive(self, lease: int) -> int:
+        """Refresh ``lease`` once; return its new TTL. ``LeaseNotFoundError`` if it is gone."""
+        self._ensure_channel()
+        self.requests += 1
+        call = self._lease.LeaseKeepAlive(timeout=self.request_timeout)
+        try:
+            await call.write(rpc.LeaseKeepAliveRequest(ID=lease))
+            response = await call.read()
+        except grpc.aio.AioRpcError as exc:
+            raise self._map_error(exc) from exc
+        finally:
+            call.cancel()
+        if response is grpc.aio.EOF:
+            self._failed()
+            raise RendezvousConnectionError("etcd closed the lease keep-alive stream")
+        self._contact()
+        if response.TTL <= 0:
+            raise LeaseNotFoundError("NOT_FOUND", f"lease {lease:x} expired or revoked")
+        return int(response.TTL)
+
+    async def revoke(self, lease: int) -> None:
+        with contextlib.suppress(LeaseNotFoundError):
+            await self._unary("LeaseRevoke", "_lease", rpc.LeaseRevokeRequest(ID=lease))
+
+    # --- watches ----------------------------------------------------------------------------
+
+    def watch(
+        self,
+        key: bytes,
+        range_end: bytes = b"",
+        *,
+        start_revision: int = 0,
+        prev_kv: bool = False,
+        no_put: bool = False,
+    ) -> Watch:
+        """A watch on ``[key, range_end)`` from ``start_revision``; use as an async context."""
+        return Watch(
+            self, key, range_end, start_revision=start_revision, prev_kv=prev_kv, no_put=no_put
+        )
+
+    async def retry_until(
+        self,
+        op: Callable[[], Awaitable[T]],
+        deadline: float,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> T:
+        """Run ``op`` until it does not raise ``RendezvousConnectionError`` or ``deadline``
+        (a ``monotonic`` time) passes; then re-raise the last connection error."""
+        delay = 0.05
+        while True:
+            try:
+                return await op()
+            except RendezvousConnectionError:
+                if monotonic() + delay >= deadline:
+                    raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+
+class Watch:
+    """One gRPC watch stream with one watcher. ``next(timeout)`` returns the next batch of
+    events (a list, possibly empty for a progress notification) or raises ``TimeoutError``."""
+
+    def __init__(
+        self,
+        client: EtcdClient,
+        key: bytes,
+        range_end: bytes,
+        *,
+        start_revision: int,
+        prev_kv: bool,
+        no_put: bool,
+    ) -> None:
+        self._client = client
+        self._request = rpc.WatchRequest(
+            create_request=rpc.WatchCreateRequest(
+                key=key,
+                range_end=range_end,
+                start_revision=start_revision,
+                prev_kv=prev_kv,
+                filters=[rpc.WatchCreateRequest.NOPUT] if no_put else [],
+            )
+        )
+        self._call: Any = None
+
+    async def __aenter__(self) -> Watch:
+        client = self._client
+        client._ensure_channel()
+        client.requests += 1
+        self._call = client._watch.Watch()
+        try:
+            await asyncio.wait_for(self._call.write(self._request), client.request_timeout)
+            created = await asyncio.wait_for(self._call.read(), client.request_timeout)
+        except TimeoutError as exc:
+            self._call.cancel()
+            client._failed()
+            raise RendezvousConnectionError("etcd did not create the watch in time") from exc
+        except grpc.aio.AioRpcError as exc:
+            self._call.cancel()
+            raise client._map_error(exc) from exc
+        if created is grpc.aio.EOF or not created.created:
+            self._call.cancel()
+            client._failed()
+            raise RendezvousConnectionError("etcd closed the watch stream at creation")
+        if created.compact_revision:
+            self._call.cancel()
+            raise EtcdRequestError("Watch", f"revision compacted at {created.compact_revision}")
+        client._contact()
+        return self
+
+    async def next(self, within: float | None) -> list[Any]:
+        """The events of the next response; ``TimeoutError`` if none arrives ``within`` s."""
+        try:
+            response = await asyncio.wait_for(self._call.read(), within)
+        except grpc.aio.AioRpcError as exc:
+            raise self._client._map_error(exc) from exc
+        if response is grpc.aio.EOF or response.canceled:
+            self._client._failed()
+            raise RendezvousConnectionError("etcd closed the watch stream")
+        if response.compact_revision:
+            raise EtcdRequestError("Watch", f"revision compacted at {response.compact_revision}")
+        self._client._contact()
+        return list(response.events)
+
+    async def __aexit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._call is not None:
+            self._call.cancel()

@@ -1,0 +1,126 @@
+"""``RendezvousConfig``: the knobs of one rendezvous, validated once, from torchrun's flags."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from elasticjob_agent.etcd.endpoints import Endpoint, parse_endpoints
+from elasticjob_agent.protocol.keys import DEFAULT_PREFIX, JobKeys
+
+BACKEND_NAME = "etcd-v3"
+
+# Keys torchrun (or torch's own handlers) put into the parameters that mean nothing here.
+_IGNORED_KEYS = frozenset(
+    {
+        "timeout",
+        "rank",
+        "is_host",
+        "use_libuv",
+        "read_timeout",
+        "keep_alive_interval",
+        "keep_alive_max_attempt",
+        "store_type",
+    }
+)
+_FLOAT_KEYS = ("join_timeout", "last_call_timeout", "close_timeout", "heartbeat", "etcd_timeout")
+
+
+def default_node_id() -> str:
+    """``<hostname>-<pid>``: unique per agent process on a host."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+@dataclass(frozen=True)
+class RendezvousConfig:
+    """Settings of one rendezvous. Construct directly or with ``from_parameters``."""
+
+    run_id: str
+    """The job run; all keys live under ``<key_prefix>/<run_id>/rdzv``."""
+    endpoints: tuple[Endpoint, ...]
+    """etcd client addresses, tried in order with failover."""
+    min_nodes: int
+    max_nodes: int
+    join_timeout: float = 600.0
+    """Seconds a ``next_rendezvous()`` may wait for its round to complete (not retryable)."""
+    last_call_timeout: float = 30.0
+    """Extra wait after the last join once ``min_nodes`` are in, for more nodes to come."""
+    close_timeout: float = 30.0
+    """Seconds ``shutdown()`` may spend leaving and closing."""
+    heartbeat: float = 5.0
+    """Lease TTL: a node that stops refreshing for this long is dropped."""
+    key_prefix: str = DEFAULT_PREFIX
+    etcd_timeout: float = 300.0
+    """How long etcd may stay unreachable before ``RendezvousConnectionError``."""
+    node_id: str = field(default_factory=default_node_id)
+    local_addr: str | None = None
+    """The address rank 0 publishes as ``MASTER_ADDR``; default: the host's FQDN."""
+
+    def __post_init__(self) -> None:
+        JobKeys(self.key_prefix, self.run_id)  # validates both, with a clear message
+        if not self.endpoints:
+            raise ValueError("rendezvous endpoint is empty: pass --rdzv-endpoint host:port")
+        if self.min_nodes < 1:
+            raise ValueError(f"min_nodes must be >= 1, got {self.min_nodes}")
+        if self.max_nodes < self.min_nodes:
+            raise ValueError(
+                f"max_nodes ({self.max_nodes}) must be >= min_nodes ({self.min_nodes})"
+            )
+        for name in _FLOAT_KEYS:
+            value = getattr(self, name)
+            if not value > 0:
+                raise ValueError(f"rendezvous option {name} must be > 0, got {value!r}")
+        if self.heartbeat < 1:
+            raise ValueError(f"rendezvous option heartbeat must be >= 1 s, got {self.heartbeat}")
+        if not self.node_id or "/" in self.node_id:
+            raise ValueError(f"invalid node id {self.node_id!r}: non-empty, without '/'")
+
+    @property
+    def keys(self) -> JobKeys:
+        return JobKeys(self.key_prefix, self.run_id)
+
+    @classmethod
+    def from_parameters(cls, params: Any) -> RendezvousConfig:
+        """Build from torch's ``RendezvousParameters`` (``--rdzv-*`` flags and ``--rdzv-conf``).
+
+        ``--rdzv-conf`` keys: join_timeout, last_call_timeout, close_timeout, heartbeat,
+        key_prefix, etcd_timeout, node_id (see docs/contracts.md). Raises ``ValueError`` naming
+        the bad key or value.
+        """
+        conf: Mapping[str, Any] = dict(params.config)
+        unknown = sorted(set(conf) - set(_FLOAT_KEYS) - {"key_prefix", "node_id"} - _IGNORED_KEYS)
+        if unknown:
+            raise ValueError(
+                f"unknown --rdzv-conf key(s) {', '.join(unknown)} for backend {BACKEND_NAME}; "
+                f"known: {', '.join((*_FLOAT_KEYS, 'key_prefix', 'node_id'))}"
+            )
+        numbers: dict[str, float] = {}
+        for name in _FLOAT_KEYS:
+            if name in conf and conf[name] is not None:
+                raw = conf[name]
+                try:
+                    numbers[name] = float(raw)
+                except (TypeError, ValueError):
+                    raise ValueError(
+                        f"--rdzv-conf {name}={raw!r} is not a number of seconds"
+                    ) from None
+        endpoint = params.endpoint or ""
+        if not endpoint.strip():
+            raise ValueError("rendezvous endpoint is empty: pass --rdzv-endpoint host:port")
+        extra: dict[str, Any] = {}
+        if conf.get("key_prefix"):
+            extra["key_prefix"] = str(conf["key_prefix"])
+        if conf.get("node_id"):
+            extra["node_id"] = str(conf["node_id"])
+        config = cls(
+            run_id=params.run_id,
+            endpoints=parse_endpoints(endpoint),
+            min_nodes=int(params.min_nodes),
+            max_nodes=int(params.max_nodes),
+            local_addr=params.local_addr,
+        )
+        overrides: dict[str, Any] = {**numbers, **extra}
+        return replace(config, **overrides)

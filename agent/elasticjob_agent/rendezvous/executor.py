@@ -1,0 +1,337 @@
+"""The thin async executor: reads a ``Snapshot`` from etcd, runs ``decide``, does the action.
+
+Each action is one etcd transaction whose success and failure branches both end with the ranges
+of a snapshot, so acting and re-reading cost a single round trip. Waiting is a watch on the
+``ctl/`` prefix (closed flag, round pointer, completions) bounded by the next deadline; there is
+no polling loop, only a fallback re-check every ``recheck_interval`` (one read).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import Any, Protocol, TypeVar
+
+from elasticjob_agent.etcd.client import (
+    EtcdClient,
+    LeaseNotFoundError,
+    cmp_mod,
+    cmp_version,
+    op_delete,
+    op_put,
+    op_range,
+    prefix_end,
+)
+from elasticjob_agent.rendezvous.errors import (
+    RendezvousClosedError,
+    RendezvousConnectionError,
+    RendezvousStateError,
+    RendezvousTimeoutError,
+)
+from elasticjob_agent.rendezvous.state import (
+    Action,
+    Context,
+    Kind,
+    Membership,
+    Snapshot,
+    decide,
+)
+from elasticjob_agent.rendezvous.wire import RendezvousKeys, decode_float, decode_int, encode
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+_SNAPSHOT_OPS = 7
+
+
+class LeaseSource(Protocol):
+    """The node's lease: ``current()`` grants one if needed; ``lost()`` forgets a dead one."""
+
+    async def current(self) -> int: ...
+
+    async def lost(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A completed round from this node's point of view."""
+
+    round: int
+    rank: int
+    world_size: int
+    revision: int
+    members_end: bytes
+
+
+class Executor:
+    """Runs one node's rendezvous against etcd. Not thread-safe: one event loop owns it."""
+
+    def __init__(
+        self,
+        client: EtcdClient,
+        keys: RendezvousKeys,
+        node: str,
+        lease: LeaseSource,
+        *,
+        etcd_timeout: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.client = client
+        self.keys = keys
+        self.node = node
+        self._lease = lease
+        self.etcd_timeout = etcd_timeout
+        self.clock = clock
+        self._memberships: dict[tuple[int, int], Membership] = {}
+
+    # --- etcd access with bounded retries -------------------------------------------------
+
+    async def call(self, op: Callable[[], Awaitable[T]], deadline: float | None = None) -> T:
+        """Run ``op``, retrying while etcd is unreachable for at most ``etcd_timeout`` (and never
+        past ``deadline``, a ``clock`` time); then raise ``RendezvousConnectionError``."""
+        outage_start: float | None = None
+        delay = 0.05
+        while True:
+            try:
+                return await op()
+            except RendezvousConnectionError as exc:
+                now = self.clock()
+                if outage_start is None:
+                    outage_start = now
+                    log.warning("etcd unreachable (node=%s): %s; retrying", self.node, exc)
+                limit = outage_start + self.etcd_timeout
+                if deadline is not None:
+                    limit = min(limit, deadline)
+                if now + delay >= limit:
+                    raise RendezvousConnectionError(
+                        f"etcd unreachable for {now - outage_start:.1f}s "
+                        f"(etcd_timeout={self.etcd_timeout:g}s): {exc}"
+                    ) from exc
+            except LeaseNotFoundError:
+                # etcd lost our lease (expired during an outage, or etcd was wiped): the lease
+                # callback grants a new one; retry at once.
+                log.warning("lease lost (node=%s); granting a new one", self.node)
+                await self._lease.lost()
+                continue
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    # --- snapshots ------------------------------------------------------------------------
+
+    def _snapshot_ops(self, p: int) -> list[Any]:
+        k = self.keys
+        joined = k.joined_prefix(p)
+        return [
+            op_range(k.closed),
+            op_range(k.round),
+            op_range(k.waiting(self.node)),
+            op_range(k.complete(p)),
+            op_range(joined, prefix_end(joined), count_only=True),
+            op_range(k.joined(p, self.node)),
+            op_range(k.last_call(p)),
+        ]
+
+    async def _parse(self, response: Any, guess: int, max_nodes: int) -> Snapshot | None:
+        """The snapshot in the last ranges of ``response``, or ``None`` if ``guess`` was not
+        the current round."""
+        k = self.keys
+        rs = [r.response_range for r in response.responses[-_SNAPSHOT_OPS:]]
+        closed, pointer, waiting, complete, joined, mine, last_call = rs
+        p = decode_int(k.round, pointer.kvs[0].value, "round") if pointer.kvs else 0
+        if p != guess:
+            return None
+        last_call_kv = last_call.kvs[0] if last_call.kvs else None
+        if complete.kvs:
+            decode_int(k.complete(p), complete.kvs[0].value, "round")
+        snap = Snapshot(
+            revision=int(response.header.revision),
+            closed=bool(closed.kvs),
+            round=p,
+            round_mod=int(pointer.kvs[0].mod_revision) if pointer.kvs else 0,
+            completed=bool(complete.kvs),
+            joined=int(joined.count),
+            my_create=int(mine.kvs[0].create_revision) if mine.kvs else 0,
+            last_call=(
+                decode_float(k.last_call(p), last_call_kv.value, "deadline")
+                if last_call_kv is not None
+                else None
+            ),
+            last_call_mod=int(last_call_kv.mod_revision) if last_call_kv is not None else 0,
+            waiting=bool(waiting.kvs),
+        )
+        if snap.completed:
+            membership = await self._membership(
+                p, int(complete.kvs[0].mod_revision) - 1, snap.my_create, max_nodes
+            )
+            snap = replace(snap, membership=membership)
+        return snap
+
+    async def _membership(
+        self, p: int, revision: int, my_create: int, max_nodes: int
+    ) -> Membership:
+        """Rank (``max_nodes`` or more: not a member) and world size of round ``p``, read at the
+        completion's revision so that every node computes the same answer.
+
+        Ranks follow the order of the joined keys (node ids): a count over a key range is exact
+        in etcd, whereas counts ignore create-revision filters.
+        """
+        cached = self._memberships.get((p, my_create))
+        if cached is not None:
+            return cached
+        joined = self.keys.joined_prefix(p)
+        end = prefix_end(joined)
+        mine = self.keys.joined(p, self.node)
+        ops = [op_range(joined, end, count_only=True, revision=revision)]
+        if my_create:
+            ops.append(op_range(joined, mine, count_only=True, revision=revision))
+        response = await self.client.txn([], ops)
+        total = int(response.responses[0].response_range.count)
+        rank = int(response.responses[1].response_range.count) if my_create else max_nodes
+        if total == 0:
+            raise RendezvousStateError(
+                f"round {p} of {self.keys.root!r} is marked complete but had no members"
+            )
+        world = min(total, max_nodes)
+        members_end = end
+        if total > max_nodes:
+            first = await self.client.range(
+                joined, end, revision=revision, limit=max_nodes, keys_only=True
+            )
+            members_end = bytes(first.kvs[-1].key) + b"\0"
+        membership = Membership(
+            rank=rank, world_size=world, revision=revision, members_end=members_end
+        )
+        self._memberships[(p, my_create)] = membership
+        return membership
+
+    async def read(self, guess: int, max_nodes: int) -> Snapshot:
+        """A consistent snapshot of the current round (``guess`` saves a round trip if right)."""
+        while True:
+            response = await self.client.txn([], self._snapshot_ops(guess))
+            snap = await self._parse(response, guess, max_nodes)
+            if snap is not None:
+                return snap
+            pointer = response.responses[1].response_range.kvs
+            guess = decode_int(self.keys.round, pointer[0].value, "round") if pointer else 0
+
+    async def _act(
+        self, compare: Sequence[Any], writes: Sequence[Any], p: int, max_nodes: int
+    ) -> Snapshot:
+        ops = self._snapshot_ops(p)
+        response = await self.client.txn(compare, [*writes, *ops], ops)
+        snap = await self._parse(response, p, max_nodes)
+        return snap if snap is not None else await self.read(p, max_nodes)
+
+    # --- the loop ---------------------------------------------------------------------------
+
+    async def step(self, snap: Snapshot, action: Action, ctx: Context) -> Snapshot:
+        """Do ``action`` (decided on ``snap``) and return the next snapshot."""
+        k, p, me = self.keys, action.round, self.node
+        mx = ctx.max_nodes
+        if action.kind is Kind.JOIN:
+            lease = await self._lease.current()
+            return await self._act(
+                [
+                    cmp_version(k.closed, "==", 0),
+                    cmp_mod(k.round, "==", action.fence),
+                    cmp_version(k.complete(p), "==", 0),
+                ],
+                [op_put(k.joined(p, me), encode(node=me), lease), op_delete(k.waiting(me))],
+                p,
+                mx,
+            )
+        if action.kind is Kind.BUMP:
+            return await self._act(
+                [cmp_mod(k.round, "==", action.fence), cmp_version(k.closed, "==", 0)],
+                [op_put(k.round, encode(round=p + 1)), op_delete(k.joined(p, me))],
+                p + 1,
+                mx,
+            )
+        if action.kind is Kind.LAST_CALL:
+            assert action.deadline is not None
+            return await self._act(
+                [cmp_version(k.complete(p), "==", 0)],
+                [op_put(k.last_call(p), encode(deadline=action.deadline))],
+                p,
+                mx,
+            )
+        if action.kind is Kind.COMPLETE:
+            log.debug("completing round %d (node=%s, joined=%d)", p, me, snap.joined)
+            return await self._act(
+                [
+                    cmp_version(k.complete(p), "==", 0),
+                    cmp_version(k.closed, "==", 0),
+                    cmp_mod(k.round, "==", snap.round_mod),
+                    cmp_mod(k.last_call(p), "==", action.fence),
+                ],
+                [op_put(k.complete(p), encode(round=p))],
+                p,
+                mx,
+            )
+        if action.kind is Kind.WAIT_LIST:
+            lease = await self._lease.current()
+            return await self._act(
+                [],
+                [op_put(k.waiting(me), encode(node=me), lease), op_delete(k.joined(p, me))],
+                p,
+                mx,
+            )
+        if action.kind is Kind.WAIT:
+            assert action.deadline is not None
+            await self._wait(snap.revision, action.deadline)
+            return await self.read(p, mx)
+        raise ValueError(f"step() cannot do {action.kind}")
+
+    async def _wait(self, revision: int, deadline: float) -> None:
+        """Until something under ``ctl/`` changes after ``revision``, or ``deadline``."""
+        timeout = max(0.0, deadline - self.clock())
+        if timeout <= 0:
+            return
+        ctl = self.keys.ctl
+        try:
+            async with self.client.watch(ctl, prefix_end(ctl), start_revision=revision + 1) as w:
+                while True:
+                    timeout = deadline - self.clock()
+                    if timeout <= 0:
+                        return
+                    if await w.next(timeout):
+                        return
+        except TimeoutError:
+            return
+
+    async def next_rendezvous(self, ctx: Context, guess: int) -> Outcome:
+        """Block until a round completes with this node in it; see ``decide`` for the rules."""
+        snap = await self.call(lambda: self.read(guess, ctx.max_nodes), ctx.join_deadline)
+        while True:
+            action = decide(snap, ctx, self.clock())
+            log.debug("node=%s round=%d action=%s", self.node, snap.round, action.kind.value)
+            if action.kind is Kind.FINISH:
+                m = snap.membership
+                assert m is not None
+                return Outcome(snap.round, m.rank, m.world_size, m.revision, m.members_end)
+            if action.kind is Kind.CLOSED:
+                raise RendezvousClosedError(f"rendezvous {self.keys.root!r} is closed")
+            if action.kind is Kind.TIMEOUT:
+                await self._leave_round(snap.round)
+                raise RendezvousTimeoutError(
+                    f"rendezvous round {snap.round} did not complete before the join timeout "
+                    f"(min_nodes={ctx.min_nodes}, joined={snap.joined})"
+                )
+            current, act = snap, action
+            snap = await self.call(partial(self.step, current, act, ctx), ctx.join_deadline)
+
+    async def _leave_round(self, p: int) -> None:
+        """Best effort: drop our joined and wait-list keys (on a timeout)."""
+        try:
+            await self.client.txn(
+                [],
+                [
+                    op_delete(self.keys.joined(p, self.node)),
+                    op_delete(self.keys.waiting(self.node)),
+                ],
+            )
+        except Exception as exc:  # cleanup must not hide the timeout
+            log.warning("could not leave round %d (node=%s): %s", p, self.node, exc)

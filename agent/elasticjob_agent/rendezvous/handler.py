@@ -1,0 +1,202 @@
+"""``EtcdRendezvousHandler``: torch's ``RendezvousHandler`` on etcd v3 (backend ``etcd-v3``)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from datetime import timedelta
+
+from torch.distributed.elastic.rendezvous.api import (
+    RendezvousHandler,
+    RendezvousInfo,
+    RendezvousStoreInfo,
+)
+
+from elasticjob_agent.etcd.client import cmp_version, op_put, op_range, prefix_end
+from elasticjob_agent.rendezvous.config import BACKEND_NAME, RendezvousConfig
+from elasticjob_agent.rendezvous.executor import Executor, Outcome
+from elasticjob_agent.rendezvous.session import EtcdSession
+from elasticjob_agent.rendezvous.state import Context
+from elasticjob_agent.rendezvous.store import EtcdStore
+from elasticjob_agent.rendezvous.wire import RendezvousKeys, decode_int, encode
+
+log = logging.getLogger(__name__)
+
+
+class EtcdRendezvousHandler(RendezvousHandler):
+    """Dynamic rendezvous with torch's semantics (see docs/rendezvous.md).
+
+    All methods are synchronous and thread-safe; the etcd work runs on a private event loop.
+    Besides torch's interface: ``round`` (the last completed round), ``etcd_status()``,
+    ``leave()`` (on SIGTERM) and ``members_alive()`` (False once a member of the current round
+    is gone: re-rendezvous).
+    """
+
+    def __init__(self, config: RendezvousConfig, *, clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self._keys = RendezvousKeys.of(config.keys)
+        self._session = EtcdSession(
+            config.endpoints,
+            request_timeout=min(5.0, config.etcd_timeout),
+            lease_ttl=max(1, math.ceil(config.heartbeat)),
+        )
+        self._executor = Executor(
+            self._session.client,
+            self._keys,
+            config.node_id,
+            self._session.lease,
+            etcd_timeout=config.etcd_timeout,
+            clock=clock,
+        )
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._outcome: Outcome | None = None
+        self._shut_down = False
+
+    # --- torch's RendezvousHandler ---------------------------------------------------------
+
+    def get_backend(self) -> str:
+        return BACKEND_NAME
+
+    @property
+    def use_agent_store(self) -> bool:
+        return False
+
+    def get_run_id(self) -> str:
+        return self.config.run_id
+
+    @property
+    def round(self) -> int | None:
+        """The last round this node completed, ``None`` before the first."""
+        outcome = self._outcome
+        return outcome.round if outcome is not None else None
+
+    def next_rendezvous(self) -> RendezvousInfo:
+        """Block until a round completes with this node in it.
+
+        Raises ``RendezvousClosedError``, ``RendezvousTimeoutError`` (join timeout, final),
+        ``RendezvousConnectionError`` (etcd unreachable past ``etcd_timeout``) or
+        ``RendezvousStateError`` (malformed state in etcd).
+        """
+        cfg = self.config
+        start = self._clock()
+        with self._lock:
+            previous = self._outcome
+            ctx = Context(
+                min_nodes=cfg.min_nodes,
+                max_nodes=cfg.max_nodes,
+                last_call_timeout=cfg.last_call_timeout,
+                join_deadline=start + cfg.join_timeout,
+                recheck_interval=cfg.heartbeat,
+                member_of=previous.round if previous is not None else None,
+            )
+            guess = previous.round if previous is not None else 0
+            outcome = self._session.run(self._executor.next_rendezvous(ctx, guess))
+            self._outcome = outcome
+        log.info(
+            "rendezvous complete: run_id=%s round=%d node=%s rank=%d world_size=%d in %.3fs",
+            cfg.run_id,
+            outcome.round,
+            cfg.node_id,
+            outcome.rank,
+            outcome.world_size,
+            self._clock() - start,
+        )
+        store = EtcdStore(
+            self._session,
+            self._keys.store_prefix(outcome.round),
+            timedelta(seconds=cfg.join_timeout),
+        )
+        bootstrap = RendezvousStoreInfo.build(outcome.rank, store, cfg.local_addr)
+        return RendezvousInfo(store, outcome.rank, outcome.world_size, bootstrap)
+
+    def is_closed(self) -> bool:
+        kv = self._session.run(
+            self._executor.call(lambda: self._session.client.get(self._keys.closed))
+        )
+        return kv is not None
+
+    def set_closed(self) -> None:
+        """Close the rendezvous for every node (final)."""
+        k = self._keys.closed
+        self._session.run(
+            self._executor.call(
+                lambda: self._session.client.txn(
+                    [cmp_version(k, "==", 0)], [op_put(k, encode(by=self.config.node_id))]
+                )
+            )
+        )
+        log.info("rendezvous closed: run_id=%s node=%s", self.config.run_id, self.config.node_id)
+
+    def num_nodes_waiting(self) -> int:
+        """Nodes that want in: the wait list (if our round has room) plus nodes that joined a
+        newer round (a member re-rendezvoused). Running agents re-rendezvous when > 0."""
+        outcome = self._outcome
+        k = self._keys
+        p = outcome.round if outcome is not None else 0
+        nxt = k.joined_prefix(p + 1)
+
+        async def count() -> int:
+            response = await self._session.client.txn(
+                [],
+                [
+                    op_range(k.waiting_prefix, prefix_end(k.waiting_prefix), count_only=True),
+                    op_range(k.round),
+                    op_range(nxt, prefix_end(nxt), count_only=True),
+                ],
+            )
+            waiting, pointer, newer = (r.response_range for r in response.responses)
+            current = decode_int(k.round, pointer.kvs[0].value, "round") if pointer.kvs else 0
+            n = 0
+            if outcome is None or outcome.world_size < self.config.max_nodes:
+                n += int(waiting.count)
+            if current > p:
+                n += max(1, int(newer.count))
+            return n
+
+        return self._session.run(self._executor.call(count))
+
+    def members_alive(self) -> bool:
+        """True while every member of our last completed round still holds its joined key."""
+        outcome = self._outcome
+        if outcome is None:
+            return True
+        prefix = self._keys.joined_prefix(outcome.round)
+
+        async def alive() -> bool:
+            response = await self._session.client.range(
+                prefix, outcome.members_end, count_only=True
+            )
+            return int(response.count) >= outcome.world_size
+
+        return self._session.run(self._executor.call(alive))
+
+    def leave(self) -> None:
+        """Leave at once (SIGTERM): revoke our lease, so our joined and wait-list keys vanish and
+        the others re-form without waiting for the lease to expire."""
+        try:
+            self._session.run(self._session.lease.revoke(), timeout=self.config.close_timeout)
+        except Exception as exc:  # best effort on the way out
+            log.warning("could not leave the rendezvous cleanly: %s", exc)
+
+    def etcd_status(self) -> tuple[bool, float | None, float | None]:
+        """(reachable, last_contact, unreachable_since), unix times."""
+        r = self._session.reachability()
+        return r.reachable, r.last_contact, r.unreachable_since
+
+    def shutdown(self) -> bool:
+        """Leave the rendezvous and release the connection. Returns True if it left cleanly."""
+        if self._shut_down:
+            return True
+        self._shut_down = True
+        ok = True
+        try:
+            self._session.run(self._session.lease.revoke(), timeout=self.config.close_timeout)
+        except Exception as exc:
+            log.warning("shutdown: could not revoke the lease: %s", exc)
+            ok = False
+        self._session.close()
+        return ok

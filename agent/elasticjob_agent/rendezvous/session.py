@@ -1,0 +1,134 @@
+"""The synchronous edge: a private event-loop thread, one ``EtcdClient`` and one lease.
+
+torch's ``RendezvousHandler`` and ``Store`` interfaces are synchronous (and the store is called
+from C++ by gloo's bootstrap). ``EtcdSession.run`` hands a coroutine to the session's own loop
+thread and blocks for its result, so it is safe from any thread, including the agent's main
+thread inside a signal handler, but never from the loop thread itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+from elasticjob_agent.etcd.client import EtcdClient, LeaseNotFoundError, Reachability
+from elasticjob_agent.etcd.endpoints import Endpoint
+from elasticjob_agent.rendezvous.errors import RendezvousConnectionError
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class LeaseKeeper:
+    """One lease with TTL ``ttl``, refreshed every ``ttl / 3`` s while it lives.
+
+    ``current()`` grants a lease when there is none (first use, or after ``lost()``), so an etcd
+    that was wiped or a lease that expired during an outage is replaced on the next request.
+    Keys attached to a lost lease are gone: the rendezvous notices and joins again.
+    """
+
+    def __init__(self, client: EtcdClient, ttl: int) -> None:
+        self._client = client
+        self.ttl = ttl
+        self._id: int | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.refreshes = 0
+
+    @property
+    def id(self) -> int | None:
+        return self._id
+
+    async def current(self) -> int:
+        if self._id is None:
+            self._id = await self._client.grant(self.ttl)
+            log.debug("granted lease %x (ttl=%ds)", self._id, self.ttl)
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._keep_alive())
+        return self._id
+
+    async def lost(self) -> None:
+        self._id = None
+
+    async def _keep_alive(self) -> None:
+        while True:
+            await asyncio.sleep(self.ttl / 3)
+            lease = self._id
+            if lease is None:
+                continue
+            try:
+                await self._client.keepalive(lease)
+                self.refreshes += 1
+            except LeaseNotFoundError:
+                log.warning("lease %x expired; a new one is granted on the next request", lease)
+                if self._id == lease:
+                    self._id = None
+            except RendezvousConnectionError as exc:
+                log.warning("lease %x keep-alive failed: %s", lease, exc)
+
+    async def revoke(self) -> None:
+        """Revoke the lease now: every key on it (joined, waiting) is deleted at once."""
+        lease, self._id = self._id, None
+        if lease is not None:
+            await self._client.revoke(lease)
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+class EtcdSession:
+    """An event loop on a daemon thread plus the client and lease that live on it."""
+
+    def __init__(
+        self, endpoints: tuple[Endpoint, ...], *, request_timeout: float, lease_ttl: int
+    ) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._serve, name="elasticjob-etcd", daemon=True)
+        self._thread.start()
+        self.client = EtcdClient(endpoints, request_timeout=request_timeout)
+        self.lease = LeaseKeeper(self.client, lease_ttl)
+        self._closed = False
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run ``coro`` on the session's loop and return its result (or raise its error)."""
+        if threading.current_thread() is self._thread:
+            coro.close()
+            raise RuntimeError("EtcdSession.run() called from its own event loop thread")
+        if self._closed:
+            coro.close()
+            raise RuntimeError("EtcdSession is closed")
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        return future.result(timeout)
+
+    def reachability(self) -> Reachability:
+        return self.client.reachability()
+
+    def close(self) -> None:
+        """Stop the keep-alive, close the channel and the loop thread. Idempotent."""
+        if self._closed:
+            return
+
+        async def _shutdown() -> None:
+            await self.lease.stop()
+            await self.client.close()
+
+        try:
+            self.run(_shutdown(), timeout=5)
+        except Exception as exc:  # closing must not fail
+            log.debug("closing the etcd session: %s", exc)
+        self._closed = True
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=5)
+        if not self._thread.is_alive():
+            self.loop.close()

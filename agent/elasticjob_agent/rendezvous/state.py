@@ -1,0 +1,143 @@
+"""The rendezvous as a pure state machine: ``decide(snapshot, ctx, now) -> Action``.
+
+No I/O, no clock: the executor reads a ``Snapshot`` of etcd, asks ``decide`` what to do, does it
+with one conditional transaction, and reads again. Every action is safe to repeat and safe to
+lose a race with (its transaction compares what the decision was based on), so a node that
+crashes at any point, or runs against a stale snapshot, never breaks the invariants:
+
+- at most one completion per round (a create-only key),
+- members of a round are the first ``max_nodes`` joined keys (in key order) as of the
+  completion, so ranks are ``0..world_size-1``, unique, and agreed by everyone,
+- a node that finds its round completed without it goes on the wait list (never a second group),
+- a closed rendezvous stays closed.
+
+The randomized schedule tests (tests/unit/rendezvous) drive ``decide`` for many nodes against a
+model of etcd's transactions, and the integration tests drive the real executor against etcd.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+@dataclass(frozen=True)
+class Membership:
+    """This node's place in a completed round."""
+
+    rank: int
+    world_size: int
+    revision: int
+    """The revision the membership was read at (completion mod revision - 1)."""
+    members_end: bytes
+    """End of the key range of the members' joined keys: the members are the round's joined
+    keys below it (in key order), as of ``revision``."""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What one node sees of the rendezvous at one etcd revision."""
+
+    revision: int
+    closed: bool
+    round: int
+    """The current round (the pointer; 0 when absent)."""
+    round_mod: int
+    """Mod revision of the pointer key, 0 when absent: the fencing token of a round bump."""
+    completed: bool
+    """Round ``round`` has a completion record."""
+    joined: int
+    """How many joined keys round ``round`` has."""
+    my_create: int
+    """Create revision of this node's joined key in round ``round``; 0 if it has none."""
+    last_call: float | None
+    """Last-call deadline of round ``round`` (unix time), if ``min_nodes`` were reached."""
+    last_call_mod: int
+    waiting: bool
+    """This node's wait-list key exists."""
+    membership: Membership | None = None
+    """Filled by the reader when ``completed`` and ``my_create``: this node's rank, if any."""
+
+
+@dataclass(frozen=True)
+class Context:
+    """What this node knows that etcd does not tell it."""
+
+    min_nodes: int
+    max_nodes: int
+    last_call_timeout: float
+    join_deadline: float
+    """Unix time after which this ``next_rendezvous()`` fails with a timeout."""
+    recheck_interval: float
+    """Upper bound on a wait without news: the fallback against a completer that died."""
+    member_of: int | None = None
+    """The round this node last returned from ``next_rendezvous()`` (re-rendezvous if current)."""
+
+
+class Kind(StrEnum):
+    CLOSED = "closed"
+    """Fail with ``RendezvousClosedError``."""
+    TIMEOUT = "timeout"
+    """Fail with ``RendezvousTimeoutError``."""
+    FINISH = "finish"
+    """Return ``membership``: the round completed with this node in it."""
+    JOIN = "join"
+    """Create our joined key in ``round`` (if the pointer and completion are unchanged)."""
+    BUMP = "bump"
+    """Move the pointer from ``round`` to ``round + 1`` (if unchanged) and leave ``round``."""
+    LAST_CALL = "last-call"
+    """Set ``round``'s last-call deadline to ``deadline``."""
+    COMPLETE = "complete"
+    """Write ``round``'s completion (create-only; fenced on the last-call mod revision)."""
+    WAIT_LIST = "wait-list"
+    """Put our wait-list key (and drop a joined key of a round that completed without us)."""
+    WAIT = "wait"
+    """Wait for a change under ``ctl/`` or until ``deadline``, then read again."""
+
+
+@dataclass(frozen=True)
+class Action:
+    kind: Kind
+    round: int
+    deadline: float | None = None
+    fence: int = 0
+    """The mod revision the transaction compares (pointer for JOIN/BUMP, last call for
+    COMPLETE)."""
+
+
+def is_member(snap: Snapshot, ctx: Context) -> bool:
+    m = snap.membership
+    return snap.completed and m is not None and m.rank < ctx.max_nodes
+
+
+def decide(snap: Snapshot, ctx: Context, now: float) -> Action:
+    """The next step of ``next_rendezvous()`` for one node. Pure and total."""
+    p = snap.round
+    if snap.closed:
+        return Action(Kind.CLOSED, p)
+    if snap.completed:
+        if is_member(snap, ctx):
+            if ctx.member_of == p:
+                # We are in the current group and were asked for a new round: start it.
+                return Action(Kind.BUMP, p, fence=snap.round_mod)
+            return Action(Kind.FINISH, p)
+        if now >= ctx.join_deadline:
+            return Action(Kind.TIMEOUT, p)
+        if not snap.waiting or snap.my_create:
+            return Action(Kind.WAIT_LIST, p)
+        return Action(Kind.WAIT, p, deadline=min(ctx.join_deadline, now + ctx.recheck_interval))
+    if now >= ctx.join_deadline:
+        return Action(Kind.TIMEOUT, p)
+    if not snap.my_create:
+        return Action(Kind.JOIN, p, fence=snap.round_mod)
+    if snap.joined >= ctx.max_nodes:
+        return Action(Kind.COMPLETE, p, fence=snap.last_call_mod)
+    wake = min(ctx.join_deadline, now + ctx.recheck_interval)
+    if snap.joined >= ctx.min_nodes:
+        # Every join past min_nodes restarts the last call (torch's semantics): the joiner does it.
+        if snap.last_call is None or snap.last_call_mod < snap.my_create:
+            return Action(Kind.LAST_CALL, p, deadline=now + ctx.last_call_timeout)
+        if now >= snap.last_call:
+            return Action(Kind.COMPLETE, p, fence=snap.last_call_mod)
+        wake = min(wake, snap.last_call)
+    return Action(Kind.WAIT, p, deadline=wake)

@@ -1,0 +1,199 @@
+"""``EtcdStore``: a ``torch.distributed.Store`` in etcd, scoped to one key prefix (one round).
+
+Values are stored as raw bytes; counters (``add``) as ASCII decimal like torch's own stores, so
+``add`` and ``get`` interoperate. Waiting (``get`` of a missing key, ``wait``) watches the prefix
+instead of polling. Every blocking call honours the store timeout (``set_timeout``) or the one
+passed in, and raises ``torch.distributed.DistStoreError`` when it passes; an etcd outage longer
+than that raises ``RendezvousConnectionError``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import timedelta
+from typing import TypeVar
+
+import torch.distributed as dist
+
+from elasticjob_agent.etcd.client import (
+    EtcdClient,
+    cmp_mod,
+    cmp_value,
+    cmp_version,
+    op_put,
+    op_range,
+    prefix_end,
+)
+from elasticjob_agent.etcd.endpoints import Endpoint, parse_endpoints
+from elasticjob_agent.rendezvous.errors import RendezvousConnectionError
+from elasticjob_agent.rendezvous.session import EtcdSession
+
+T = TypeVar("T")
+_DEFAULT_TIMEOUT = timedelta(seconds=300)
+
+
+def _bytes(value: str | bytes | bytearray | Sequence[int]) -> bytes:
+    if isinstance(value, str):
+        return value.encode()
+    return bytes(value)
+
+
+class EtcdStore(dist.Store):  # type: ignore[misc,name-defined]  # torch stubs lack Store
+    """A ``torch.distributed.Store`` whose keys live under ``prefix`` in etcd.
+
+    Use ``EtcdStore.connect(endpoints, prefix)`` to open one with its own connection (the store
+    then owns it; ``close()`` releases it), or let ``EtcdRendezvousHandler`` hand out one per
+    completed round.
+    """
+
+    def __init__(
+        self,
+        session: EtcdSession,
+        prefix: bytes,
+        timeout: timedelta = _DEFAULT_TIMEOUT,
+        *,
+        owns_session: bool = False,
+    ) -> None:
+        super().__init__()
+        if not prefix.endswith(b"/"):
+            raise ValueError(f"store prefix must end with '/': {prefix!r}")
+        self._session = session
+        self._prefix = prefix
+        self._owns_session = owns_session
+        self.set_timeout(timeout)
+
+    @classmethod
+    def connect(
+        cls,
+        endpoints: str | tuple[Endpoint, ...],
+        prefix: str,
+        timeout: timedelta = _DEFAULT_TIMEOUT,
+    ) -> EtcdStore:
+        eps = parse_endpoints(endpoints) if isinstance(endpoints, str) else endpoints
+        session = EtcdSession(eps, request_timeout=5.0, lease_ttl=10)
+        return cls(session, prefix.encode(), timeout, owns_session=True)
+
+    def close(self) -> None:
+        if self._owns_session:
+            self._session.close()
+
+    # --- helpers -----------------------------------------------------------------------------
+
+    @property
+    def _client(self) -> EtcdClient:
+        return self._session.client
+
+    def _key(self, key: str) -> bytes:
+        return self._prefix + key.encode()
+
+    def _seconds(self, timeout: timedelta | None) -> float:
+        chosen = self.timeout if timeout is None else timeout
+        return float(chosen.total_seconds())
+
+    def _run(self, op: Callable[[], Awaitable[T]], timeout: float) -> T:
+        """Run ``op`` on the session loop, retrying while etcd is unreachable within timeout."""
+        deadline = time.monotonic() + max(timeout, 1.0)
+        return self._session.run(self._client.retry_until(op, deadline))
+
+    # --- the Store API -----------------------------------------------------------------------
+
+    def set(self, key: str, value: str | bytes) -> None:
+        k, v = self._key(key), _bytes(value)
+        self._run(lambda: self._client.put(k, v), self._seconds(None))
+
+    def get(self, key: str) -> bytes:
+        self.wait([key])
+        kv = self._run(lambda: self._client.get(self._key(key)), self._seconds(None))
+        if kv is None:  # deleted between the wait and the read
+            raise dist.DistStoreError(f"key {key!r} vanished from the store")
+        return bytes(kv.value)
+
+    def add(self, key: str, amount: int) -> int:
+        k = self._key(key)
+
+        async def add_once() -> int:
+            while True:
+                kv = await self._client.get(k)
+                current = int(kv.value) if kv is not None else 0
+                new = current + int(amount)
+                fence = int(kv.mod_revision) if kv is not None else 0
+                response = await self._client.txn(
+                    [cmp_mod(k, "==", fence)], [op_put(k, str(new).encode())]
+                )
+                if response.succeeded:
+                    return new
+
+        return self._run(add_once, self._seconds(None))
+
+    def compare_set(
+        self, key: str, expected_value: str | bytes, desired_value: str | bytes
+    ) -> bytes:
+        """Set to ``desired`` if the value is ``expected`` (or missing and ``expected`` empty).
+
+        Returns the value after the call; for a missing key with a non-empty ``expected``,
+        returns ``expected`` (torch's semantics).
+        """
+        k, expected, desired = self._key(key), _bytes(expected_value), _bytes(desired_value)
+        guard = cmp_version(k, "==", 0) if not expected else cmp_value(k, "==", expected)
+        response = self._run(
+            lambda: self._client.txn([guard], [op_put(k, desired)], [op_range(k)]),
+            self._seconds(None),
+        )
+        if response.succeeded:
+            return desired
+        kvs = response.responses[0].response_range.kvs
+        return bytes(kvs[0].value) if kvs else expected
+
+    def check(self, keys: list[str]) -> bool:
+        return self._run(lambda: self._all_exist(keys), self._seconds(None))[0]
+
+    async def _all_exist(self, keys: Sequence[str]) -> tuple[bool, int]:
+        if not keys:
+            response = await self._client.range(self._key("__none__"))
+            return True, int(response.header.revision)
+        response = await self._client.txn(
+            [], [op_range(self._key(key), count_only=True) for key in keys]
+        )
+        ok = all(r.response_range.count > 0 for r in response.responses)
+        return ok, int(response.header.revision)
+
+    def wait(self, keys: list[str], timeout: timedelta | None = None) -> None:
+        seconds = self._seconds(timeout)
+        deadline = time.monotonic() + seconds
+
+        async def wait_all() -> None:
+            while True:
+                ok, revision = await self._all_exist(keys)
+                if ok:
+                    return
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                end = prefix_end(self._prefix)
+                async with self._client.watch(
+                    self._prefix, end, start_revision=revision + 1
+                ) as watch:
+                    with contextlib.suppress(TimeoutError):
+                        await watch.next(left)
+            raise dist.DistStoreError(
+                f"timed out after {seconds:g}s waiting for store keys {list(keys)} "
+                f"under {self._prefix.decode()!r}"
+            )
+
+        try:
+            self._run(wait_all, seconds)
+        except RendezvousConnectionError as exc:
+            raise dist.DistStoreError(f"etcd unreachable while waiting for {keys}: {exc}") from exc
+
+    def delete_key(self, key: str) -> bool:
+        k = self._key(key)
+        return self._run(lambda: self._client.delete(k), self._seconds(None)) > 0
+
+    def num_keys(self) -> int:
+        end = prefix_end(self._prefix)
+        response = self._run(
+            lambda: self._client.range(self._prefix, end, count_only=True), self._seconds(None)
+        )
+        return int(response.count)

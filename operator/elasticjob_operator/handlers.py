@@ -1,0 +1,189 @@
+"""kopf handlers: indexes of the job's pods, Services and lost nodes, and one daemon per job.
+
+Thin by design: the daemon parses nothing itself and decides nothing; it feeds the indexes to
+``reconciler.JobLoop`` and maps our errors to kopf's retry semantics. Importing this module
+registers the handlers with kopf's default registry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import aiohttp
+import kopf
+
+from . import metrics, names
+from .kube import Kube, KubeError, PermanentKubeError
+from .manifests import JobRef
+from .observed import node_lost, pod_view
+from .reconciler import JobLoop, OwnedPod, owned_pod
+from .settings import OperatorSettings
+from .spec import SpecError
+
+log = logging.getLogger(__name__)
+
+_wakeups: dict[tuple[str, str], asyncio.Event] = {}
+"""Per job (namespace, name): set when something it owns changed, so its loop runs at once."""
+
+
+def _wake(namespace: str | None, job: str | None) -> None:
+    if namespace and job:
+        event = _wakeups.get((namespace, job))
+        if event is not None:
+            event.set()
+
+
+@kopf.on.startup()
+async def startup(*, settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
+    ours = OperatorSettings.from_env()
+    settings.posting.enabled = False  # we post our own Events, with meaningful reasons
+    settings.peering.standalone = True  # one replica (the chart's Deployment uses Recreate)
+    settings.persistence.finalizer = f"{names.GROUP}/operator"
+    settings.watching.server_timeout = 300
+    memo.settings = ours
+    memo.kube = await Kube.connect()
+    memo.session = aiohttp.ClientSession()
+    metrics.serve(ours.metrics_port)
+    log.info("elasticjob-operator started: %s", ours)
+
+
+@kopf.on.cleanup()
+async def cleanup(*, memo: Any, **_: Any) -> None:
+    await memo.session.close()
+    await memo.kube.close()
+
+
+@kopf.index("pods", labels={names.LABEL_JOB: kopf.PRESENT})
+def elasticjob_pods(
+    *, body: kopf.Body, namespace: str | None, labels: kopf.Labels, **_: Any
+) -> dict[tuple[str, str], OwnedPod] | None:
+    """Pods of ElasticJobs by (namespace, job name), reduced to what planning reads."""
+    job = labels.get(names.LABEL_JOB)
+    view = pod_view(body)
+    entry = owned_pod(body, view) if view is not None else None
+    _wake(namespace, job)
+    if entry is None or job is None or namespace is None:
+        return None
+    return {(namespace, job): entry}
+
+
+@kopf.index("services", labels={names.LABEL_JOB: kopf.PRESENT})
+def elasticjob_services(
+    *, namespace: str | None, name: str, labels: kopf.Labels, **_: Any
+) -> dict[tuple[str, str], str] | None:
+    job = labels.get(names.LABEL_JOB)
+    _wake(namespace, job)
+    return None if job is None or namespace is None else {(namespace, job): name}
+
+
+@kopf.index("nodes")
+def elasticjob_lost_nodes(*, body: kopf.Body, name: str, **_: Any) -> dict[str, bool]:
+    """Each node's lost flag (``Ready`` not True). Only its name and readiness are kept."""
+    return {name: node_lost(body)}
+
+
+@kopf.on.event(names.GROUP, names.VERSION, names.PLURAL)
+def job_changed(*, namespace: str | None, name: str, **_: Any) -> None:
+    """Any change of the job (spec edit, kubectl scale) wakes its loop."""
+    _wake(namespace, name)
+
+
+@kopf.daemon(names.GROUP, names.VERSION, names.PLURAL, cancellation_timeout=10.0)
+async def reconcile_job(
+    *,
+    namespace: str | None,
+    name: str,
+    uid: str,
+    body: kopf.Body,
+    stopped: kopf.DaemonStopped,
+    memo: Any,
+    logger: logging.Logger | logging.LoggerAdapter[Any],
+    **kwargs: Any,
+) -> None:
+    """The per-job loop: reconcile, detect stalls, repeat every interval or on a change.
+
+    kopf passes the indexes above as keyword arguments named after their functions.
+    """
+    if namespace is None:
+        raise kopf.PermanentError("ElasticJob is namespaced; got an object without a namespace")
+    pods_index: kopf.Index[tuple[str, str], OwnedPod] = kwargs["elasticjob_pods"]
+    services_index: kopf.Index[tuple[str, str], str] = kwargs["elasticjob_services"]
+    nodes_index: kopf.Index[str, bool] = kwargs["elasticjob_lost_nodes"]
+    settings: OperatorSettings = memo.settings
+    job = JobRef(namespace, name, uid)
+    loop = JobLoop(memo.kube, memo.session, job, settings.loop)
+    wake = _wakeups.setdefault((namespace, name), asyncio.Event())
+    stored = await memo.kube.get_job(namespace, name)
+    loop.adopt((stored or {}).get("status"))
+    failed_spec_generation: int | None = None
+    backoff = settings.loop.interval
+    try:
+        while not stopped:
+            wake.clear()
+            generation = int(body.get("metadata", {}).get("generation") or 0)
+            interval = settings.loop.interval
+            if failed_spec_generation != generation:
+                try:
+                    result = await loop.step(
+                        body,
+                        list(pods_index.get((namespace, name), [])),
+                        frozenset(n for n, lost in _flatten(nodes_index) if lost),
+                        frozenset(services_index.get((namespace, name), [])),
+                    )
+                    interval = result.next_interval
+                    backoff = settings.loop.interval
+                    if result.delete_requested:
+                        logger.info("ttlSecondsAfterFinished elapsed: job deleted")
+                        return
+                except SpecError as exc:
+                    failed_spec_generation = generation
+                    logger.error("invalid spec, fix it to continue: %s", exc)
+                    await _report_invalid(memo.kube, job, str(exc))
+                except PermanentKubeError as exc:
+                    logger.error(
+                        "API rejected a request (will retry after %.0f s): %s", backoff, exc
+                    )
+                    loop.forget_written()
+                    interval, backoff = backoff, min(backoff * 2, 60.0)
+                except KubeError as exc:
+                    logger.warning("API error (will retry): %s", exc)
+                    loop.forget_written()
+                    interval, backoff = backoff, min(backoff * 2, 30.0)
+            await _sleep(stopped, wake, interval)
+    finally:
+        _wakeups.pop((namespace, name), None)
+        if (
+            stopped.reason is not None
+            and stopped.reason & kopf.DaemonStoppingReason.RESOURCE_DELETED
+        ):
+            metrics.forget(namespace, name)
+
+
+def _flatten(index: kopf.Index[str, bool]) -> list[tuple[str, bool]]:
+    return [(node, lost) for node, store in index.items() for lost in store]
+
+
+async def _sleep(stopped: kopf.DaemonStopped, wake: asyncio.Event, seconds: float) -> None:
+    """Sleep ``seconds``, less when the job's objects change or the daemon is stopped."""
+    waiters = [asyncio.ensure_future(wake.wait()), asyncio.ensure_future(stopped.wait())]
+    try:
+        await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+    # Changes arrive in bursts (a pod's phase, then its IP): let them settle a little.
+    if wake.is_set() and not stopped:
+        await asyncio.sleep(0.2)
+
+
+async def _report_invalid(kube: Kube, job: JobRef, message: str) -> None:
+    try:
+        await kube.patch_job_status(
+            job, {"phase": "Failed", "reason": "InvalidSpec", "message": message}
+        )
+        await kube.post_event(job, "Warning", "InvalidSpec", message, time.time())
+    except KubeError as exc:
+        log.warning("cannot report invalid spec of %s/%s: %s", job.namespace, job.name, exc)

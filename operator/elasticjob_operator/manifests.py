@@ -1,0 +1,241 @@
+"""Pure builders of the objects the operator creates: worker pods, managed etcd, Services.
+
+Each builder takes what it needs as arguments and returns a new dict; none reads global settings.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from elasticjob_agent.protocol.health import DEFAULT_HEALTH_PORT
+
+from . import names
+from .agent_command import AGENT, POD_IP_ENV, AgentTarget, agent_args, training_argv
+from .spec import EtcdMode, JobSpec, SpecError
+
+GPU_RESOURCE = "nvidia.com/gpu"
+ETCD_DATA_ROOT = "/var/lib/elasticjob-etcd"
+
+
+@dataclass(frozen=True)
+class JobRef:
+    """The identity of the owning ``ElasticJob``."""
+
+    namespace: str
+    name: str
+    uid: str
+
+    @property
+    def run_id(self) -> str:
+        return names.run_id(self.namespace, self.name, self.uid)
+
+    def owner_reference(self) -> dict[str, Any]:
+        return {
+            "apiVersion": names.API_VERSION,
+            "kind": names.KIND,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+
+def rdzv_endpoints(job: JobRef, spec: JobSpec) -> tuple[str, ...]:
+    """etcd client endpoints the agents use: the managed Service or the external list."""
+    if spec.etcd.mode is EtcdMode.EXTERNAL:
+        return spec.etcd.endpoints
+    service = names.etcd_service_name(job.name)
+    return (f"{service}.{job.namespace}.svc:{names.ETCD_CLIENT_PORT}",)
+
+
+def gpus_per_node(spec: JobSpec) -> int:
+    """GPUs each worker pod requests (0 for ``device: cpu``)."""
+    if spec.device != "gpu":
+        return 0
+    trainer = spec.template["spec"]["containers"][spec.trainer_index]
+    limits = (trainer.get("resources") or {}).get("limits") or {}
+    if GPU_RESOURCE in limits:
+        try:
+            return int(limits[GPU_RESOURCE])
+        except (TypeError, ValueError):
+            raise SpecError(
+                f"spec.template.spec.containers[trainer].resources.limits[{GPU_RESOURCE}] "
+                f"must be an integer, got {limits[GPU_RESOURCE]!r}"
+            ) from None
+    if spec.nproc_per_node == "gpu":
+        raise SpecError(
+            "spec.nprocPerNode 'gpu' needs the trainer container to set "
+            f"resources.limits[{GPU_RESOURCE}]"
+        )
+    return int(spec.nproc_per_node)
+
+
+def nproc_per_node(spec: JobSpec) -> int:
+    if spec.nproc_per_node == "gpu":
+        return gpus_per_node(spec)
+    return int(spec.nproc_per_node)
+
+
+def build_worker_pod(job: JobRef, spec: JobSpec, index: int, attempt: int) -> dict[str, Any]:
+    """Worker pod ``index`` (attempt ``attempt``): the template with the trainer under the agent."""
+    name = names.worker_pod_name(job.name, index, attempt)
+    template = copy.deepcopy(dict(spec.template))
+    meta = dict(template.get("metadata") or {})
+    pod_spec: dict[str, Any] = dict(template["spec"])
+    containers = [dict(c) for c in pod_spec["containers"]]
+    trainer = containers[spec.trainer_index]
+
+    target = AgentTarget(
+        rdzv_endpoints=rdzv_endpoints(job, spec),
+        run_id=job.run_id,
+        node_id=name,
+        nproc_per_node=nproc_per_node(spec),
+    )
+    argv = training_argv(trainer.get("command", []), trainer.get("args", []))
+    trainer["command"] = [AGENT]
+    trainer["args"] = agent_args(spec, target, argv)
+    trainer["env"] = [
+        *[e for e in trainer.get("env", []) if e.get("name") != POD_IP_ENV],
+        {"name": POD_IP_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+    ]
+    ports = [p for p in trainer.get("ports", []) if p.get("containerPort") != DEFAULT_HEALTH_PORT]
+    ports.append(
+        {"name": names.HEALTH_PORT_NAME, "containerPort": DEFAULT_HEALTH_PORT, "protocol": "TCP"}
+    )
+    trainer["ports"] = ports
+    gpus = gpus_per_node(spec)
+    if gpus:
+        resources = copy.deepcopy(trainer.get("resources") or {})
+        limits = dict(resources.get("limits") or {})
+        limits.setdefault(GPU_RESOURCE, gpus)
+        resources["limits"] = limits
+        trainer["resources"] = resources
+    containers[spec.trainer_index] = trainer
+
+    pod_spec["containers"] = containers
+    # The operator replaces failed pods itself; a kubelet restart would hide failures from it.
+    pod_spec["restartPolicy"] = "Never"
+    pod_spec.setdefault("subdomain", names.workers_service_name(job.name))
+
+    labels = {
+        **dict(meta.get("labels") or {}),
+        **names.worker_selector(job.name),
+        names.LABEL_INDEX: str(index),
+        names.LABEL_ATTEMPT: str(attempt),
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": job.namespace,
+            "labels": labels,
+            "annotations": dict(meta.get("annotations") or {}),
+            "ownerReferences": [job.owner_reference()],
+        },
+        "spec": pod_spec,
+    }
+
+
+def build_etcd_pod(job: JobRef, spec: JobSpec, generation: int) -> dict[str, Any]:
+    """The managed single-member etcd of a job; a new generation starts with empty data."""
+    name = names.etcd_pod_name(job.name, generation)
+    container: dict[str, Any] = {
+        "name": "etcd",
+        "image": spec.etcd.image,
+        "command": [
+            "etcd",
+            f"--name={name}",
+            f"--data-dir={ETCD_DATA_ROOT}/$(POD_UID)",
+            f"--listen-client-urls=http://0.0.0.0:{names.ETCD_CLIENT_PORT}",
+            f"--advertise-client-urls=http://$(POD_IP):{names.ETCD_CLIENT_PORT}",
+            "--listen-peer-urls=http://127.0.0.1:2380",
+            "--initial-advertise-peer-urls=http://127.0.0.1:2380",
+            f"--initial-cluster={name}=http://127.0.0.1:2380",
+        ],
+        "env": [
+            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            {"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+        ],
+        "ports": [{"name": "client", "containerPort": names.ETCD_CLIENT_PORT, "protocol": "TCP"}],
+        "volumeMounts": [{"name": "data", "mountPath": ETCD_DATA_ROOT}],
+    }
+    if spec.etcd.resources:
+        container["resources"] = copy.deepcopy(dict(spec.etcd.resources))
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": job.namespace,
+            "labels": {
+                **names.etcd_selector(job.name),
+                names.LABEL_ETCD_GENERATION: str(generation),
+            },
+            "ownerReferences": [job.owner_reference()],
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [container],
+            "volumes": [{"name": "data", "emptyDir": {}}],
+        },
+    }
+
+
+def build_etcd_service(job: JobRef) -> dict[str, Any]:
+    """ClusterIP Service of the managed etcd: agents keep one address across generations."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": names.etcd_service_name(job.name),
+            "namespace": job.namespace,
+            "labels": names.etcd_selector(job.name),
+            "ownerReferences": [job.owner_reference()],
+        },
+        "spec": {
+            "selector": names.etcd_selector(job.name),
+            "ports": [
+                {
+                    "name": "client",
+                    "port": names.ETCD_CLIENT_PORT,
+                    "targetPort": names.ETCD_CLIENT_PORT,
+                }
+            ],
+        },
+    }
+
+
+def build_workers_service(job: JobRef) -> dict[str, Any]:
+    """Headless Service over the workers (stable DNS, and a place to find the health ports)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": names.workers_service_name(job.name),
+            "namespace": job.namespace,
+            "labels": names.worker_selector(job.name),
+            "ownerReferences": [job.owner_reference()],
+        },
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": names.worker_selector(job.name),
+            "ports": [
+                {
+                    "name": names.HEALTH_PORT_NAME,
+                    "port": DEFAULT_HEALTH_PORT,
+                    "targetPort": DEFAULT_HEALTH_PORT,
+                }
+            ],
+        },
+    }
+
+
+def owned_by(obj: Mapping[str, Any], uid: str) -> bool:
+    """Whether ``obj`` has a controller owner reference to the job with ``uid``."""
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return any(r.get("uid") == uid and r.get("controller") for r in refs)

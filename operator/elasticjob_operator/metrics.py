@@ -1,0 +1,98 @@
+"""Prometheus metrics of the operator (names in docs/contracts.md), labelled by namespace and job.
+
+Per-job series are set from the job's status after each reconcile step, so they survive operator
+restarts (the status is durable), and are removed when the job is deleted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+from .status import JobStatus, Phase
+
+JOB = ("namespace", "job")
+
+RESTARTS = Gauge(
+    "elasticjob_job_restarts",
+    "Job-wide group restarts by reason (status.restarts)",
+    [*JOB, "reason"],
+)
+PHASE = Gauge("elasticjob_job_phase", "1 for the job's current phase, else 0", [*JOB, "phase"])
+WORLD_SIZE = Gauge("elasticjob_job_world_size", "Worker processes in the current round", JOB)
+ROUND = Gauge("elasticjob_job_rendezvous_round", "Current rendezvous round", JOB)
+RDZV_DURATION = Gauge(
+    "elasticjob_job_rendezvous_duration_seconds",
+    "Duration of the last completed rendezvous round, as the operator observed it",
+    JOB,
+)
+STALLS = Counter("elasticjob_job_stalls_total", "Stalls detected, by reason", [*JOB, "reason"])
+STALLED = Gauge("elasticjob_job_stalled", "1 while the job is stalled for reason", [*JOB, "reason"])
+RECONCILES = Counter("elasticjob_reconcile_total", "Reconcile steps by result", ["result"])
+RECONCILE_SECONDS = Histogram(
+    "elasticjob_reconcile_duration_seconds",
+    "Time of one reconcile step (observe, plan, apply)",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+)
+
+STALL_REASONS = ("EtcdUnavailable", "PodsUnschedulable", "WaitingForNodes")
+
+_known_reasons: dict[tuple[str, str], set[str]] = {}
+
+
+def serve(port: int) -> None:
+    """Serve ``/metrics`` on ``port`` (0 disables)."""
+    if port:
+        start_http_server(port)
+
+
+def publish(namespace: str, job: str, status: JobStatus) -> None:
+    """Set every per-job series from ``status``."""
+    for phase in Phase:
+        PHASE.labels(namespace, job, phase.value).set(1 if status.phase is phase else 0)
+    reasons = _known_reasons.setdefault((namespace, job), set())
+    reasons.update(status.restarts)
+    for reason in reasons:
+        RESTARTS.labels(namespace, job, reason).set(status.restarts.get(reason, 0))
+    WORLD_SIZE.labels(namespace, job).set(status.world_size)
+    ROUND.labels(namespace, job).set(status.round)
+    if status.last_rendezvous_seconds is not None:
+        RDZV_DURATION.labels(namespace, job).set(status.last_rendezvous_seconds)
+    current = status.stall.reason if status.stall is not None else None
+    for reason in STALL_REASONS:
+        STALLED.labels(namespace, job, reason).set(1 if reason == current else 0)
+
+
+def stall_started(namespace: str, job: str, reason: str) -> None:
+    STALLS.labels(namespace, job, reason).inc()
+
+
+def forget(namespace: str, job: str) -> None:
+    """Drop the series of a deleted job."""
+    reasons = _known_reasons.pop((namespace, job), set())
+    for reason in reasons:
+        _remove(RESTARTS, namespace, job, reason)
+    for phase in Phase:
+        _remove(PHASE, namespace, job, phase.value)
+    for gauge in (WORLD_SIZE, ROUND, RDZV_DURATION):
+        _remove(gauge, namespace, job)
+    for reason in STALL_REASONS:
+        _remove(STALLED, namespace, job, reason)
+        _remove(STALLS, namespace, job, reason)
+
+
+def _remove(metric: Gauge | Counter, *labels: str) -> None:
+    with contextlib.suppress(KeyError):
+        metric.remove(*labels)
+
+
+def snapshot() -> Mapping[str, float]:
+    """Reconcile counts by result, for logs and tests."""
+    return {
+        sample.labels["result"]: sample.value
+        for family in RECONCILES.collect()
+        for sample in family.samples
+        if sample.name.endswith("_total")
+    }

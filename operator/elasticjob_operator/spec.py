@@ -1,0 +1,295 @@
+"""The typed ``ElasticJob`` spec, parsed once from the object body (pure: no Kubernetes client).
+
+The CRD's schema applies defaults and rejects most mistakes before the operator sees an object;
+``parse_spec`` re-checks what the operator relies on, so an object stored before a schema change
+(or created with validation off) fails with ``SpecError`` naming the field instead of crashing.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+TRAINER_CONTAINER = "trainer"
+
+
+class SpecError(ValueError):
+    """The spec cannot be run as written; the message names the field and what to fix."""
+
+
+class EtcdMode(StrEnum):
+    MANAGED = "Managed"
+    EXTERNAL = "External"
+
+
+class CleanPodPolicy(StrEnum):
+    NONE = "None"
+    """Leave every pod when the job finishes."""
+    RUNNING = "Running"
+    """Delete pods that are still running; keep finished ones for their logs."""
+    ALL = "All"
+    """Delete every pod."""
+
+
+@dataclass(frozen=True)
+class RendezvousSpec:
+    join_timeout_seconds: int = 600
+    last_call_timeout_seconds: int = 30
+    close_timeout_seconds: int = 30
+    heartbeat_seconds: int = 5
+
+
+@dataclass(frozen=True)
+class EtcdSpec:
+    mode: EtcdMode = EtcdMode.MANAGED
+    endpoints: tuple[str, ...] = ()
+    """External mode only: ``host:port`` client endpoints."""
+    image: str = "quay.io/coreos/etcd:v3.5.17"
+    key_prefix: str = "/elasticjob"
+    resources: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class NcclSpec:
+    collective_timeout_seconds: int = 1800
+    heartbeat_timeout_seconds: int = 600
+    async_error_handling: int = 3
+    monitoring: bool = True
+
+
+@dataclass(frozen=True)
+class RunPolicy:
+    suspend: bool = False
+    active_deadline_seconds: int | None = None
+    ttl_seconds_after_finished: int | None = None
+    clean_pod_policy: CleanPodPolicy = CleanPodPolicy.RUNNING
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What the user asked for. ``min_nodes``/``max_nodes`` default to ``replicas``."""
+
+    replicas: int
+    min_nodes: int
+    max_nodes: int
+    nproc_per_node: int | str
+    """An integer, or ``"gpu"``: one worker per GPU of the trainer container."""
+    device: str
+    """``"gpu"`` or ``"cpu"``."""
+    max_restarts: int
+    monitor_interval_seconds: float
+    stall_timeout_seconds: int
+    rendezvous: RendezvousSpec
+    etcd: EtcdSpec
+    nccl: NcclSpec
+    run_policy: RunPolicy
+    template: Mapping[str, Any]
+    """The pod template as written (a deep copy; builders copy again before changing it)."""
+
+    @property
+    def trainer_index(self) -> int:
+        """Index of the trainer container in ``template.spec.containers``."""
+        return trainer_container_index(self.template["spec"]["containers"])
+
+
+def trainer_container_index(containers: list[Any]) -> int:
+    if len(containers) == 1:
+        return 0
+    for i, container in enumerate(containers):
+        if isinstance(container, Mapping) and container.get("name") == TRAINER_CONTAINER:
+            return i
+    raise SpecError(
+        "spec.template.spec.containers: with more than one container, name the training one "
+        f"{TRAINER_CONTAINER!r}"
+    )
+
+
+def parse_spec(spec: Mapping[str, Any]) -> JobSpec:
+    """Parse and check ``spec``; raise ``SpecError`` naming the first bad field."""
+    if not isinstance(spec, Mapping):
+        raise SpecError("spec must be an object")
+    replicas = _int(spec, "replicas", "spec.replicas", minimum=1, required=True)
+    min_nodes = _int(spec, "minNodes", "spec.minNodes", minimum=1, default=replicas)
+    max_nodes = _int(spec, "maxNodes", "spec.maxNodes", minimum=1, default=replicas)
+    if not min_nodes <= replicas <= max_nodes:
+        raise SpecError(
+            f"spec.replicas ({replicas}) must lie within [spec.minNodes, spec.maxNodes] = "
+            f"[{min_nodes}, {max_nodes}]"
+        )
+    device = spec.get("device", "gpu")
+    if device not in ("gpu", "cpu"):
+        raise SpecError(f"spec.device must be 'gpu' or 'cpu', got {device!r}")
+    nproc = spec.get("nprocPerNode", 1)
+    if isinstance(nproc, bool) or not (
+        (isinstance(nproc, int) and 1 <= nproc <= 1024) or nproc == "gpu"
+    ):
+        raise SpecError(
+            f"spec.nprocPerNode must be an integer from 1 to 1024 or 'gpu', got {nproc!r}"
+        )
+    if nproc == "gpu" and device != "gpu":
+        raise SpecError("spec.nprocPerNode: 'gpu' needs spec.device 'gpu'")
+    interval = spec.get("monitorIntervalSeconds", 1)
+    if isinstance(interval, bool) or not isinstance(interval, int | float) or interval <= 0:
+        raise SpecError(f"spec.monitorIntervalSeconds must be a positive number, got {interval!r}")
+    template = spec.get("template")
+    if not isinstance(template, Mapping) or not isinstance(template.get("spec"), Mapping):
+        raise SpecError("spec.template.spec is required (a pod spec with the trainer container)")
+    containers = template["spec"].get("containers")
+    if not isinstance(containers, list) or not containers:
+        raise SpecError("spec.template.spec.containers must list at least the trainer container")
+    trainer = containers[trainer_container_index(containers)]
+    command = trainer.get("command") if isinstance(trainer, Mapping) else None
+    if not isinstance(command, list) or not command or not all(isinstance(c, str) for c in command):
+        raise SpecError(
+            "spec.template.spec.containers[trainer].command must hold the training command, "
+            "e.g. [python, train.py]"
+        )
+    args = trainer.get("args", [])
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        raise SpecError("spec.template.spec.containers[trainer].args must be a list of strings")
+    return JobSpec(
+        replicas=replicas,
+        min_nodes=min_nodes,
+        max_nodes=max_nodes,
+        nproc_per_node=nproc,
+        device=device,
+        max_restarts=_int(spec, "maxRestarts", "spec.maxRestarts", minimum=0, default=3),
+        monitor_interval_seconds=float(interval),
+        stall_timeout_seconds=_int(
+            spec, "stallTimeoutSeconds", "spec.stallTimeoutSeconds", minimum=1, default=300
+        ),
+        rendezvous=_rendezvous(_section(spec, "rendezvous")),
+        etcd=_etcd(_section(spec, "etcd")),
+        nccl=_nccl(_section(spec, "nccl")),
+        run_policy=_run_policy(_section(spec, "runPolicy")),
+        template=copy.deepcopy(dict(template)),
+    )
+
+
+def _section(spec: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = spec.get(key) or {}
+    if not isinstance(value, Mapping):
+        raise SpecError(f"spec.{key} must be an object")
+    return value
+
+
+def _rendezvous(raw: Mapping[str, Any]) -> RendezvousSpec:
+    path = "spec.rendezvous."
+    result = RendezvousSpec(
+        join_timeout_seconds=_int(raw, "joinTimeoutSeconds", path, minimum=1, default=600),
+        last_call_timeout_seconds=_int(raw, "lastCallTimeoutSeconds", path, minimum=0, default=30),
+        close_timeout_seconds=_int(raw, "closeTimeoutSeconds", path, minimum=1, default=30),
+        heartbeat_seconds=_int(raw, "heartbeatSeconds", path, minimum=1, default=5),
+    )
+    if result.last_call_timeout_seconds >= result.join_timeout_seconds:
+        raise SpecError(
+            "spec.rendezvous.lastCallTimeoutSeconds must be < spec.rendezvous.joinTimeoutSeconds"
+        )
+    return result
+
+
+def _etcd(raw: Mapping[str, Any]) -> EtcdSpec:
+    try:
+        mode = EtcdMode(raw.get("mode", "Managed"))
+    except ValueError:
+        raise SpecError(
+            f"spec.etcd.mode must be 'Managed' or 'External', got {raw.get('mode')!r}"
+        ) from None
+    endpoints = raw.get("endpoints") or []
+    if not isinstance(endpoints, list) or not all(
+        isinstance(e, str) and e.rpartition(":")[2].isdigit() and e.rpartition(":")[0]
+        for e in endpoints
+    ):
+        raise SpecError(f"spec.etcd.endpoints must be a list of host:port, got {endpoints!r}")
+    if mode is EtcdMode.EXTERNAL and not endpoints:
+        raise SpecError(
+            "spec.etcd.endpoints must list at least one host:port when spec.etcd.mode is External"
+        )
+    if mode is EtcdMode.MANAGED and endpoints:
+        raise SpecError("spec.etcd.endpoints must be empty when spec.etcd.mode is Managed")
+    prefix = raw.get("keyPrefix", "/elasticjob")
+    if not isinstance(prefix, str) or not prefix.startswith("/") or prefix.endswith("/"):
+        raise SpecError(
+            f"spec.etcd.keyPrefix must start with '/' and not end with '/', got {prefix!r}"
+        )
+    image = raw.get("image", EtcdSpec.image)
+    if not isinstance(image, str) or not image:
+        raise SpecError("spec.etcd.image must be a non-empty image reference")
+    resources = raw.get("resources")
+    if resources is not None and not isinstance(resources, Mapping):
+        raise SpecError("spec.etcd.resources must be an object (requests/limits)")
+    return EtcdSpec(
+        mode=mode,
+        endpoints=tuple(endpoints),
+        image=image,
+        key_prefix=prefix,
+        resources=copy.deepcopy(dict(resources)) if resources else None,
+    )
+
+
+def _nccl(raw: Mapping[str, Any]) -> NcclSpec:
+    path = "spec.nccl."
+    monitoring = raw.get("monitoring", True)
+    if not isinstance(monitoring, bool):
+        raise SpecError(f"spec.nccl.monitoring must be true or false, got {monitoring!r}")
+    async_handling = _int(raw, "asyncErrorHandling", path, minimum=0, default=3)
+    if async_handling > 3:
+        raise SpecError(f"spec.nccl.asyncErrorHandling must be 0-3, got {async_handling}")
+    return NcclSpec(
+        collective_timeout_seconds=_int(
+            raw, "collectiveTimeoutSeconds", path, minimum=1, default=1800
+        ),
+        heartbeat_timeout_seconds=_int(
+            raw, "heartbeatTimeoutSeconds", path, minimum=1, default=600
+        ),
+        async_error_handling=async_handling,
+        monitoring=monitoring,
+    )
+
+
+def _run_policy(raw: Mapping[str, Any]) -> RunPolicy:
+    path = "spec.runPolicy."
+    suspend = raw.get("suspend", False)
+    if not isinstance(suspend, bool):
+        raise SpecError(f"spec.runPolicy.suspend must be true or false, got {suspend!r}")
+    try:
+        policy = CleanPodPolicy(raw.get("cleanPodPolicy", "Running"))
+    except ValueError:
+        raise SpecError(
+            "spec.runPolicy.cleanPodPolicy must be None, Running or All, "
+            f"got {raw.get('cleanPodPolicy')!r}"
+        ) from None
+    return RunPolicy(
+        suspend=suspend,
+        active_deadline_seconds=_int(raw, "activeDeadlineSeconds", path, minimum=1, default=None),
+        ttl_seconds_after_finished=_int(
+            raw, "ttlSecondsAfterFinished", path, minimum=0, default=None
+        ),
+        clean_pod_policy=policy,
+    )
+
+
+def _int(
+    raw: Mapping[str, Any],
+    key: str,
+    path: str,
+    *,
+    minimum: int,
+    default: int | None = None,
+    required: bool = False,
+) -> Any:
+    """Read an integer field; ``path`` is the full field name or the parent path ending in '.'."""
+    name = path + key if path.endswith(".") else path
+    if key not in raw or raw[key] is None:
+        if required:
+            raise SpecError(f"{name} is required")
+        return default
+    value = raw[key]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(f"{name} must be an integer, got {value!r}")
+    if value < minimum:
+        raise SpecError(f"{name} must be >= {minimum}, got {value}")
+    return value

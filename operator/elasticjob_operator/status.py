@@ -1,0 +1,182 @@
+"""The job's ``status`` as a typed value, and its JSON shape (pure).
+
+Besides what users read (phase, conditions, restarts, nodes), the status holds the counters that
+make the operator restartable at any point: ``attempts`` (the current pod attempt per replica
+index) and ``etcd.generation`` are bumped in a status write *before* the objects they name are
+created, so a restarted operator creates exactly those names and counts nothing twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any
+
+from . import restarts
+from .conditions import rfc3339
+from .observed import parse_time
+
+
+class Phase(StrEnum):
+    PENDING = "Pending"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUSPENDED = "Suspended"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+    @property
+    def finished(self) -> bool:
+        return self in (Phase.SUCCEEDED, Phase.FAILED)
+
+
+@dataclass(frozen=True)
+class StallState:
+    reason: str
+    message: str
+    since: float
+
+
+@dataclass(frozen=True)
+class EtcdState:
+    generation: int = 0
+    """Generation of the current managed etcd pod (bumped on every recreation)."""
+    ready_generation: int = -1
+    """Last generation the operator reached at least once."""
+    seeded_generation: int = 0
+    """Last generation that received the restart seed (generation 0 starts empty: no seed)."""
+    unreachable_since: float | None = None
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    phase: Phase = Phase.PENDING
+    reason: str = ""
+    message: str = ""
+    conditions: tuple[Mapping[str, Any], ...] = ()
+    run_id: str = ""
+    selector: str = ""
+    replicas: int = 0
+    ready_nodes: int = 0
+    waiting_nodes: int = 0
+    world_size: int = 0
+    round: int = 0
+    observed_generation: int = 0
+    start_time: float | None = None
+    completion_time: float | None = None
+    restarts: Mapping[str, int] = field(default_factory=dict)
+    attempts: Mapping[int, int] = field(default_factory=dict)
+    etcd: EtcdState = EtcdState()
+    stall: StallState | None = None
+    rendezvous_waiting_since: float | None = None
+    last_rendezvous_seconds: float | None = None
+
+    def evolve(self, **changes: Any) -> JobStatus:
+        return replace(self, **changes)
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``status`` object as stored; a full write (merge-patch ``None`` clears fields)."""
+        return {
+            "phase": self.phase.value,
+            "reason": self.reason,
+            "message": self.message,
+            "conditions": [dict(c) for c in self.conditions],
+            "runId": self.run_id,
+            "selector": self.selector,
+            "replicas": self.replicas,
+            "readyNodes": self.ready_nodes,
+            "waitingNodes": self.waiting_nodes,
+            "worldSize": self.world_size,
+            "round": self.round,
+            "observedGeneration": self.observed_generation,
+            "startTime": _time(self.start_time),
+            "completionTime": _time(self.completion_time),
+            "restarts": {
+                "total": restarts.total(self.restarts),
+                "failures": restarts.failures(self.restarts),
+                "byReason": dict(sorted(self.restarts.items())),
+            },
+            "attempts": {str(k): v for k, v in sorted(self.attempts.items())},
+            "etcd": {
+                "generation": self.etcd.generation,
+                "readyGeneration": self.etcd.ready_generation,
+                "seededGeneration": self.etcd.seeded_generation,
+                "unreachableSince": _time(self.etcd.unreachable_since),
+            },
+            "stall": None
+            if self.stall is None
+            else {
+                "reason": self.stall.reason,
+                "message": self.stall.message,
+                "since": _time(self.stall.since),
+            },
+            "rendezvous": {
+                "waitingSince": _time(self.rendezvous_waiting_since),
+                "lastDurationSeconds": self.last_rendezvous_seconds,
+            },
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | None) -> JobStatus:
+        """Read a stored status; unknown or missing fields fall back to defaults (never raises)."""
+        data = data or {}
+        etcd = data.get("etcd") or {}
+        stall = data.get("stall")
+        rdzv = data.get("rendezvous") or {}
+        try:
+            phase = Phase(data.get("phase") or "Pending")
+        except ValueError:
+            phase = Phase.PENDING
+        by_reason = (data.get("restarts") or {}).get("byReason") or {}
+        return cls(
+            phase=phase,
+            reason=str(data.get("reason") or ""),
+            message=str(data.get("message") or ""),
+            conditions=tuple(dict(c) for c in data.get("conditions") or [] if isinstance(c, dict)),
+            run_id=str(data.get("runId") or ""),
+            selector=str(data.get("selector") or ""),
+            replicas=_int(data.get("replicas")),
+            ready_nodes=_int(data.get("readyNodes")),
+            waiting_nodes=_int(data.get("waitingNodes")),
+            world_size=_int(data.get("worldSize")),
+            round=_int(data.get("round")),
+            observed_generation=_int(data.get("observedGeneration")),
+            start_time=parse_time(data.get("startTime")),
+            completion_time=parse_time(data.get("completionTime")),
+            restarts={str(k): _int(v) for k, v in by_reason.items()},
+            attempts={
+                int(k): _int(v) for k, v in (data.get("attempts") or {}).items() if str(k).isdigit()
+            },
+            etcd=EtcdState(
+                generation=_int(etcd.get("generation")),
+                ready_generation=_int(etcd.get("readyGeneration"), -1),
+                seeded_generation=_int(etcd.get("seededGeneration")),
+                unreachable_since=parse_time(etcd.get("unreachableSince")),
+            ),
+            stall=None
+            if not isinstance(stall, Mapping) or not stall.get("reason")
+            else StallState(
+                reason=str(stall["reason"]),
+                message=str(stall.get("message") or ""),
+                since=parse_time(stall.get("since")) or 0.0,
+            ),
+            rendezvous_waiting_since=parse_time(rdzv.get("waitingSince")),
+            last_rendezvous_seconds=_float(rdzv.get("lastDurationSeconds")),
+        )
+
+
+def _time(value: float | None) -> str | None:
+    return None if value is None else rfc3339(value)
+
+
+def _int(value: Any, default: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        return default
+    return value
+
+
+def _float(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)

@@ -17,15 +17,16 @@ Prometheus' scrape targets in step with the pods.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from elasticjob_localcluster import LocalCluster
 
 REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "charts" / "elasticjob-operator"
@@ -316,59 +317,35 @@ class Scenario:
         return "\n".join(lines)
 
 
-# -- the command line: drive the cluster that `make cluster-up` started -------------------------
+# -- adapters and the command line -----------------------------------------------------------
 
 
-@dataclass
-class LocalCluster:
-    """``ClusterOps`` for the running local cluster: kubectl and helm with its kubeconfig, faults
-    through the local cluster's own control interface."""
+class ClusterAdapter:
+    """``ClusterOps`` over ``elasticjob_localcluster.LocalCluster`` (the e2e fixture's object and
+    what ``connect`` returns for the cluster ``make cluster-up`` started)."""
 
-    kubeconfig: Path
-    bin_dir: Path
-
-    def _run(self, tool: str, *args: str) -> str:
-        cmd = [str(self.bin_dir / tool), "--kubeconfig", str(self.kubeconfig), *args]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
-        if proc.returncode != 0:
-            raise DemoError(f"{tool} {' '.join(args)} failed: {proc.stderr.strip()}")
-        return proc.stdout
+    def __init__(self, cluster: LocalCluster) -> None:
+        self.cluster = cluster
 
     def kubectl(self, *args: str) -> str:
-        return self._run("kubectl", *args)
+        return self.cluster.kubectl(*args, timeout=600).stdout
 
     def helm(self, *args: str) -> str:
-        return self._run("helm", *args)
-
-    def _faults(self) -> Any:
-        try:
-            return importlib.import_module("elasticjob_localcluster.faults")
-        except ImportError as exc:
-            raise DemoError(
-                "fault injection needs elasticjob_localcluster.faults (the local cluster)"
-            ) from exc
+        return self.cluster.helm(*args, timeout=600).stdout
 
     def kill_container(self, namespace: str, pod: str, container: str) -> None:
-        self._faults().kill_container(self.kubeconfig, namespace, pod, container)
+        self.cluster.kill_container(namespace, pod, container=container)
 
     def cut_pod(self, namespace: str, pod: str) -> None:
-        self._faults().cut_pod(self.kubeconfig, namespace, pod)
+        self.cluster.cut_pod(namespace, pod)
 
     def restore_pod(self, namespace: str, pod: str) -> None:
-        self._faults().restore_pod(self.kubeconfig, namespace, pod)
+        self.cluster.restore_pod(namespace, pod)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    import os  # noqa: PLC0415 - only the command line reads the environment
-
-    cache = Path(os.environ.get("ELASTICJOB_CACHE", Path.home() / ".cache" / "elasticjob"))
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument(
-        "--kubeconfig",
-        type=Path,
-        default=REPO / "run" / "kubeconfig",
-        help="kubeconfig of the local cluster (default: run/kubeconfig)",
-    )
+    parser.add_argument("--cluster", default="dev", help="name of the local cluster (default: dev)")
     parser.add_argument("--manifest", type=Path, default=REPO / "examples" / "elasticjob.yaml")
     parser.add_argument("--namespace", default="default")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per wait")
@@ -376,19 +353,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--no-faults", action="store_true", help="run the job without injecting failures"
     )
     args = parser.parse_args(argv)
-    if not args.kubeconfig.is_file():
-        parser.error(
-            f"no kubeconfig at {args.kubeconfig}: start the cluster with `make cluster-up`"
-        )
     if not args.manifest.is_file():
         parser.error(f"no manifest at {args.manifest}")
-    ops = LocalCluster(kubeconfig=args.kubeconfig, bin_dir=cache / "bin")
+    sys.path.insert(0, str(REPO / "localcluster"))
+    from elasticjob_localcluster import ClusterConfig, connect  # noqa: PLC0415
+
+    cluster = connect(ClusterConfig(name=args.cluster))
+    if cluster is None:
+        print(
+            f"demo: local cluster {args.cluster!r} is not running: start it with `make cluster-up`",
+            file=sys.stderr,
+        )
+        return 1
     scenario = Scenario(
-        ops=ops, manifest=args.manifest, namespace=args.namespace, timeout=args.timeout
+        ops=ClusterAdapter(cluster),
+        manifest=args.manifest,
+        namespace=args.namespace,
+        timeout=args.timeout,
     )
     try:
         final = scenario.run(inject=not args.no_faults)
-    except DemoError as exc:
+    except (DemoError, RuntimeError) as exc:
         print(f"demo: {exc}", file=sys.stderr)
         return 1
     print(scenario.summary(final))

@@ -3,11 +3,12 @@ exactly the RBAC the chart grants, in namespaced and in cluster-wide mode."""
 
 from __future__ import annotations
 
-import json
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
+from elasticjob_localcluster import LocalCluster
 
 from tests.unit.chart.charttools import CHART, REPO
 
@@ -32,19 +33,19 @@ spec:
 """
 
 
-def _apply_job(cluster: Any, namespace: str, tmp: Any) -> None:
+def _apply_job(cluster: LocalCluster, namespace: str, tmp: Path) -> None:
     path = tmp / f"job-{namespace}.yaml"
     path.write_text(JOB)
     cluster.kubectl("apply", "-n", namespace, "-f", str(path))
 
 
-def _status(cluster: Any, namespace: str) -> dict[str, Any]:
-    obj = json.loads(cluster.kubectl("get", "ej", "rbac-probe", "-n", namespace, "-o", "json"))
+def _status(cluster: LocalCluster, namespace: str) -> dict[str, Any]:
+    obj = cluster.get_json("ej", "rbac-probe", "-n", namespace)
     status: dict[str, Any] = obj.get("status") or {}
     return status
 
 
-def _wait_for_status(cluster: Any, namespace: str, timeout: float = 120) -> dict[str, Any]:
+def _wait_for_status(cluster: LocalCluster, namespace: str, timeout: float = 120) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         status = _status(cluster, namespace)
@@ -54,7 +55,7 @@ def _wait_for_status(cluster: Any, namespace: str, timeout: float = 120) -> dict
     raise AssertionError(f"the operator never wrote status.phase of {namespace}/rbac-probe")
 
 
-def _install(cluster: Any, release: str, namespace: str, *sets: str) -> None:
+def _install(cluster: LocalCluster, release: str, namespace: str, *sets: str) -> None:
     flags = [a for s in sets for a in ("--set", s)]
     cluster.helm(
         "install", release, str(CHART), "--namespace", namespace, "--create-namespace",
@@ -62,29 +63,25 @@ def _install(cluster: Any, release: str, namespace: str, *sets: str) -> None:
     )  # fmt: skip
 
 
-def _operator_logs(cluster: Any, release: str, namespace: str) -> str:
-    pods = json.loads(
-        cluster.kubectl(
-            "get", "pods", "-n", namespace, "-o", "json",
-            "-l", f"app.kubernetes.io/instance={release},app.kubernetes.io/component=operator",
-        )
+def _operator_logs(cluster: LocalCluster, release: str, namespace: str) -> str:
+    pods = cluster.get_json(
+        "pods", "-n", namespace,
+        "-l", f"app.kubernetes.io/instance={release},app.kubernetes.io/component=operator",
     )  # fmt: skip
     return "\n".join(str(cluster.pod_logs(namespace, p["metadata"]["name"])) for p in pods["items"])
 
 
-def test_namespaced_install_helm_test_and_rbac(cluster: Any, tmp_path: Any) -> None:
+def test_namespaced_install_helm_test_and_rbac(cluster: LocalCluster, tmp_path: Path) -> None:
     for ns in ("ej-team-a", "ej-outside"):
         cluster.kubectl("create", "namespace", ns)
     _install(cluster, "ej-ns", "ej-ops", "watchNamespaces={ej-team-a}")
     try:
-        out = cluster.helm("test", "ej-ns", "--namespace", "ej-ops", "--logs")
+        out = cluster.helm("test", "ej-ns", "--namespace", "ej-ops", "--logs").stdout
         assert "ok: operator metrics" in out, out
 
         sa = "system:serviceaccount:ej-ops:ej-ns-elasticjob-operator"
-        can = cluster.kubectl(
-            "auth", "can-i", "patch", "elasticjobs/status", "-n", "ej-team-a", "--as", sa
-        )
-        assert can.strip() == "yes"
+        can = _can_i(cluster, "patch", "elasticjobs/status", "-n", "ej-team-a", "--as", sa)
+        assert can == "yes"
         # Least privilege: nothing outside the watched namespace, no secrets anywhere.
         for args in (
             ("patch", "elasticjobs/status", "-n", "ej-outside"),
@@ -107,18 +104,15 @@ def test_namespaced_install_helm_test_and_rbac(cluster: Any, tmp_path: Any) -> N
         cluster.helm("uninstall", "ej-ns", "--namespace", "ej-ops", "--wait")
 
 
-def _can_i(cluster: Any, *args: str) -> str:
-    # `kubectl auth can-i` exits 1 on "no": the fixture may raise, so read the answer either way.
-    try:
-        return str(cluster.kubectl("auth", "can-i", *args)).strip()
-    except Exception as exc:
-        return "no" if "no" in str(exc).split() else str(exc)
+def _can_i(cluster: LocalCluster, *args: str) -> str:
+    # `kubectl auth can-i` exits 1 when the answer is "no".
+    return cluster.kubectl("auth", "can-i", *args, check=False).stdout.strip()
 
 
-def test_cluster_wide_install_helm_test_and_a_job(cluster: Any, tmp_path: Any) -> None:
+def test_cluster_wide_install_helm_test_and_a_job(cluster: LocalCluster, tmp_path: Path) -> None:
     _install(cluster, "ej-cw", "ej-ops-cw")
     try:
-        out = cluster.helm("test", "ej-cw", "--namespace", "ej-ops-cw", "--logs")
+        out = cluster.helm("test", "ej-cw", "--namespace", "ej-ops-cw", "--logs").stdout
         assert "ok: elasticjob.dev/v1alpha1 serves" in out, out
         cluster.kubectl("create", "namespace", "ej-anywhere")
         _apply_job(cluster, "ej-anywhere", tmp_path)
@@ -130,21 +124,23 @@ def test_cluster_wide_install_helm_test_and_a_job(cluster: Any, tmp_path: Any) -
         cluster.helm("uninstall", "ej-cw", "--namespace", "ej-ops-cw", "--wait")
 
 
-def test_examples_pass_api_server_validation(cluster: Any) -> None:
+def test_examples_pass_api_server_validation(cluster: LocalCluster) -> None:
     # The CRD from the chart's crds/ (the same bytes as crds/, see tests/unit/chart).
     cluster.kubectl("apply", "--server-side", "-f", str(CHART / "crds" / "elasticjob.yaml"))
     cluster.kubectl("wait", "--for=condition=Established", "crd/elasticjobs.elasticjob.dev")
     for path in sorted((REPO / "examples").glob("*.yaml")):
-        out = cluster.kubectl("apply", "--dry-run=server", "-n", "default", "-f", str(path))
+        out = cluster.kubectl("apply", "--dry-run=server", "-n", "default", "-f", str(path)).stdout
         assert "(server dry run)" in out, f"{path.name}: {out}"
 
 
 def test_api_server_rejects_an_invalid_job_with_the_cel_message(
-    cluster: Any, tmp_path: Any
+    cluster: LocalCluster, tmp_path: Path
 ) -> None:
     cluster.kubectl("apply", "--server-side", "-f", str(CHART / "crds" / "elasticjob.yaml"))
     bad = tmp_path / "bad.yaml"
     bad.write_text(JOB.replace("replicas: 1", "replicas: 3\n  maxNodes: 2"))
-    with pytest.raises(Exception) as excinfo:
-        cluster.kubectl("apply", "--dry-run=server", "-n", "default", "-f", str(bad))
-    assert "spec.replicas must be <= spec.maxNodes" in str(excinfo.value)
+    done = cluster.kubectl(
+        "apply", "--dry-run=server", "-n", "default", "-f", str(bad), check=False
+    )
+    assert done.returncode != 0
+    assert "spec.replicas must be <= spec.maxNodes" in done.stderr, done.stderr

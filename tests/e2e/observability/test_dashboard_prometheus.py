@@ -11,11 +11,17 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
+from elasticjob_localcluster import LocalCluster
 
-from scripts.demo_cluster import OPERATOR_NAMESPACE, JobView, PodView, Scenario
+from scripts.demo_cluster import (
+    OPERATOR_NAMESPACE,
+    ClusterAdapter,
+    JobView,
+    PodView,
+    Scenario,
+)
 from tests.e2e.observability.prometheus_server import Prometheus, finite_points
 from tests.unit.chart.charttools import REPO
 from tests.unit.chart.dashboard_queries import queries
@@ -28,29 +34,7 @@ OPERATOR_PORT = 8080
 RATE_INTERVAL = "15s"
 
 
-class FixtureOps:
-    """The scenario's ``ClusterOps`` over the ``cluster`` fixture of tests/e2e/conftest.py."""
-
-    def __init__(self, cluster: Any) -> None:
-        self.cluster = cluster
-
-    def kubectl(self, *args: str) -> str:
-        return str(self.cluster.kubectl(*args))
-
-    def helm(self, *args: str) -> str:
-        return str(self.cluster.helm(*args))
-
-    def kill_container(self, namespace: str, pod: str, container: str) -> None:
-        self.cluster.kill_container(namespace, pod, container)
-
-    def cut_pod(self, namespace: str, pod: str) -> None:
-        self.cluster.cut_pod(namespace, pod)
-
-    def restore_pod(self, namespace: str, pod: str) -> None:
-        self.cluster.restore_pod(namespace, pod)
-
-
-def _operator_ips(ops: FixtureOps) -> list[str]:
+def _operator_ips(ops: ClusterAdapter) -> list[str]:
     pods = json.loads(
         ops.kubectl(
             "get", "pods", "-n", OPERATOR_NAMESPACE,
@@ -61,8 +45,8 @@ def _operator_ips(ops: FixtureOps) -> list[str]:
     return [p["status"]["podIP"] for p in pods["items"] if p.get("status", {}).get("podIP")]
 
 
-def test_every_dashboard_query_returns_data(cluster: Any, tmp_path: Path) -> None:
-    ops = FixtureOps(cluster)
+def test_every_dashboard_query_returns_data(cluster: LocalCluster, tmp_path: Path) -> None:
+    ops = ClusterAdapter(cluster)
     prom = Prometheus(workdir=tmp_path / "prometheus")
     prom.start()
     try:

@@ -43,6 +43,7 @@ async def startup(*, settings: kopf.OperatorSettings, memo: Any, **_: Any) -> No
     settings.peering.standalone = True  # one replica (the chart's Deployment uses Recreate)
     settings.persistence.finalizer = f"{names.GROUP}/operator"
     settings.watching.server_timeout = 300
+    settings.scanning.disabled = True  # no CRD watching: RBAC needs no customresourcedefinitions
     memo.settings = ours
     memo.kube = await Kube.connect()
     memo.session = aiohttp.ClientSession()

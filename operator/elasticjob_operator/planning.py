@@ -514,6 +514,9 @@ def _manage_etcd(
         managed=True,
         ever_ready=ever_ready,
         unreachable_since=state.unreachable_since,
+        recreated_generation=state.generation
+        if state.generation > 0 and state.ready_generation != state.generation
+        else None,
     )
 
 

@@ -55,7 +55,8 @@ class EtcdView:
     ever_ready: bool
     """The current generation (or the external etcd) answered a probe at least once."""
     unreachable_since: float | None
-    created_at: float | None = None
+    recreated_generation: int | None = None
+    """Set while a recreated managed etcd (this generation) has not answered yet."""
 
 
 def classify(
@@ -115,6 +116,11 @@ def _etcd_stall(
         )
     if etcd.managed and etcd.pod is None and etcd.ever_ready:
         return Stall(StallReason.ETCD_UNAVAILABLE, f"managed etcd pod is gone{tail}")
+    if etcd.recreated_generation is not None:
+        return Stall(
+            StallReason.ETCD_UNAVAILABLE,
+            f"managed etcd was lost; generation {etcd.recreated_generation} is starting{tail}",
+        )
     since = etcd.unreachable_since
     if since is not None:
         grace = settings.etcd_unavailable_after if etcd.ever_ready else settings.etcd_startup_grace

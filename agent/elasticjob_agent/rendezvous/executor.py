@@ -50,6 +50,9 @@ _SNAPSHOT_OPS = 7
 class LeaseSource(Protocol):
     """The node's lease: ``current()`` grants one if needed; ``lost()`` forgets a dead one."""
 
+    @property
+    def id(self) -> int | None: ...
+
     async def current(self) -> int: ...
 
     async def lost(self) -> None: ...
@@ -153,7 +156,13 @@ class Executor:
             round_mod=int(pointer.kvs[0].mod_revision) if pointer.kvs else 0,
             completed=bool(complete.kvs),
             joined=int(joined.count),
-            my_create=int(mine.kvs[0].create_revision) if mine.kvs else 0,
+            # A key left by an earlier process with our node id is not ours: it is on another
+            # lease. Treating it as ours would put a new process into a round it never joined.
+            my_create=(
+                int(mine.kvs[0].create_revision)
+                if mine.kvs and mine.kvs[0].lease == self._lease.id
+                else 0
+            ),
             last_call=(
                 decode_float(k.last_call(p), last_call_kv.value, "deadline")
                 if last_call_kv is not None

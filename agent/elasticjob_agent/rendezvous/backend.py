@@ -1,0 +1,130 @@
+"""``EtcdV3RendezvousBackend``: torch's ``RendezvousBackend`` on etcd v3.
+
+Plugs into torch's own ``DynamicRendezvousHandler`` (``create_handler(store, backend, params)``
+with the pair from ``create_backend``). The state is one key, ``<prefix>/<run_id>/rdzv/
+torch-state``, holding ``{"v": 1, "state": <base64 of torch's bytes>}``; the fencing token is
+the key's mod revision, so ``set_state`` is one compare-and-swap transaction.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+from datetime import timedelta
+from typing import Any
+
+from torch.distributed.elastic.rendezvous.dynamic_rendezvous import RendezvousBackend, Token
+
+from elasticjob_agent.etcd.client import cmp_mod, cmp_version, op_put, op_range
+from elasticjob_agent.etcd.endpoints import Endpoint
+from elasticjob_agent.protocol.keys import DEFAULT_PREFIX, JobKeys
+from elasticjob_agent.rendezvous.config import BACKEND_NAME, RendezvousConfig
+from elasticjob_agent.rendezvous.errors import RendezvousStateError
+from elasticjob_agent.rendezvous.executor import Executor
+from elasticjob_agent.rendezvous.session import EtcdSession
+from elasticjob_agent.rendezvous.store import EtcdStore
+from elasticjob_agent.rendezvous.wire import RendezvousKeys, decode, encode
+
+
+class EtcdV3RendezvousBackend(RendezvousBackend):
+    """Stores torch's rendezvous state in etcd with revision-based fencing tokens."""
+
+    def __init__(
+        self,
+        endpoints: tuple[Endpoint, ...],
+        run_id: str,
+        *,
+        key_prefix: str = DEFAULT_PREFIX,
+        etcd_timeout: float = 60.0,
+        session: EtcdSession | None = None,
+    ) -> None:
+        self._keys = RendezvousKeys.of(JobKeys(key_prefix, run_id))
+        self._key = self._keys.torch_state
+        self._owns_session = session is None
+        self.session = session or EtcdSession(
+            endpoints, request_timeout=min(5.0, etcd_timeout), lease_ttl=10
+        )
+        # Only for its bounded retries on an unreachable etcd; it holds no rendezvous state.
+        self._retry = Executor(
+            self.session.client,
+            self._keys,
+            "backend",
+            self.session.lease,
+            etcd_timeout=etcd_timeout,
+        )
+
+    @property
+    def name(self) -> str:
+        return BACKEND_NAME
+
+    def _decode(self, kv: Any) -> tuple[bytes, Token]:
+        payload = decode(self._key, bytes(kv.value)).get("state")
+        if not isinstance(payload, str):
+            raise RendezvousStateError(f"corrupt rendezvous state at {self._key.decode()!r}")
+        try:
+            state = base64.b64decode(payload, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise RendezvousStateError(
+                f"corrupt rendezvous state at {self._key.decode()!r}: {exc}"
+            ) from exc
+        return state, int(kv.mod_revision)
+
+    def get_state(self) -> tuple[bytes, Token] | None:
+        """The state and its fencing token, or ``None`` if there is none.
+
+        Raises ``RendezvousConnectionError`` (etcd unreachable past the timeout) or
+        ``RendezvousStateError`` (the stored value is not ours).
+        """
+        kv = self.session.run(self._retry.call(lambda: self.session.client.get(self._key)))
+        return None if kv is None else self._decode(kv)
+
+    def set_state(
+        self, state: bytes, token: Token | None = None
+    ) -> tuple[bytes, Token, bool] | None:
+        """Set the state if ``token`` is the current fencing token (or there is no state and
+        ``token`` is ``None``); otherwise return the current state and token unchanged.
+
+        An unknown token (not one this backend handed out) never matches.
+        """
+        value = encode(state=base64.b64encode(state).decode())
+        if token is None:
+            guard = cmp_version(self._key, "==", 0)
+        elif isinstance(token, int) and not isinstance(token, bool):
+            guard = cmp_mod(self._key, "==", token)
+        else:
+            current = self.get_state()
+            return None if current is None else (*current, False)
+        response = self.session.run(
+            self._retry.call(
+                lambda: self.session.client.txn(
+                    [guard], [op_put(self._key, value)], [op_range(self._key)]
+                )
+            )
+        )
+        if response.succeeded:
+            return state, int(response.header.revision), True
+        kvs = response.responses[0].response_range.kvs
+        if not kvs:
+            return None
+        current_state, current_token = self._decode(kvs[0])
+        return current_state, current_token, False
+
+    def close(self) -> None:
+        if self._owns_session:
+            self.session.close()
+
+
+def create_backend(params: Any) -> tuple[EtcdV3RendezvousBackend, EtcdStore]:
+    """Like torch's ``c10d_rendezvous_backend.create_backend``: the backend and a store for
+    torch's ``DynamicRendezvousHandler`` (``create_handler(store, backend, params)``)."""
+    config = RendezvousConfig.from_parameters(params)
+    backend = EtcdV3RendezvousBackend(
+        config.endpoints,
+        config.run_id,
+        key_prefix=config.key_prefix,
+        etcd_timeout=config.etcd_timeout,
+    )
+    prefix = RendezvousKeys.of(config.keys).everything + b"torch-store/"
+    store = EtcdStore(backend.session, prefix, timedelta(seconds=math.ceil(config.join_timeout)))
+    return backend, store

@@ -58,10 +58,8 @@ def _make_handler(args: AgentArgs, endpoint: str, run_id: str, node: str) -> obj
     """Our etcd-v3 handler from torch's ``RendezvousParameters``; ``ValueError`` on bad conf."""
     from torch.distributed.elastic.rendezvous import RendezvousParameters  # noqa: PLC0415
 
-    from elasticjob_agent.rendezvous import (  # noqa: PLC0415
-        EtcdRendezvousHandler,
-        RendezvousConfig,
-    )
+    from elasticjob_agent.rendezvous.config import RendezvousConfig  # noqa: PLC0415
+    from elasticjob_agent.rendezvous.handler import EtcdRendezvousHandler  # noqa: PLC0415
 
     conf = dict(args.rdzv_conf)
     conf["etcd_timeout"] = str(args.etcd_timeout)

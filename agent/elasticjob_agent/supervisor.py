@@ -156,6 +156,9 @@ class Supervisor:
         self._round = int(getattr(self._handler, "round", self._attempt))
         group_rank, group_world = int(info.rank), int(info.world_size)
         self._events.ctx = self._events.ctx.with_round(self._round, group_rank, None)
+        self._events.info(
+            "rendezvous_completed", seconds=f"{rdzv_seconds:.3f}", group_world_size=group_world
+        )
         counts = self._etcd(self._counter.read)
         assignment = self._exchange_roles(info.store, group_rank, group_world)
         master_addr, master_port = self._master(info, group_rank)
@@ -237,9 +240,7 @@ class Supervisor:
         error = box.get("error")
         if error is not None:
             self._raise_for_rendezvous_error(error)
-        elapsed = time.time() - started
-        self._events.info("rendezvous_completed", seconds=f"{elapsed:.3f}")
-        return box["info"], elapsed
+        return box["info"], time.time() - started
 
     def _raise_for_rendezvous_error(self, error: BaseException) -> None:
         if isinstance(error, RendezvousClosedError):

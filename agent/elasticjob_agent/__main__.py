@@ -1,0 +1,5 @@
+"""``python -m elasticjob_agent`` is ``elasticjob-agent``."""
+
+from elasticjob_agent.cli import main
+
+main()

@@ -1,0 +1,191 @@
+"""Run real ``elasticjob-agent`` processes for the integration tests and watch their health."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[3]
+TRAIN = REPO / "examples" / "train.py"
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+AGENT = [sys.executable, "-m", "elasticjob_agent"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def pid_alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"
+
+
+class Agent:
+    """One agent process (its own session, so teardown can kill everything it started)."""
+
+    def __init__(
+        self, workdir: Path, name: str, argv: Sequence[str], env: dict[str, str] | None = None
+    ) -> None:
+        self.name = name
+        self.health_port = free_port()
+        self.log_path = workdir / f"{name}.log"
+        full_env = dict(os.environ)
+        full_env["PYTHONPATH"] = os.pathsep.join(
+            [str(REPO / "agent"), full_env.get("PYTHONPATH", "")]
+        )
+        full_env.update(env or {})
+        self.command = [
+            *AGENT,
+            "--health-addr", "127.0.0.1",
+            "--health-port", str(self.health_port),
+            "--node-id", name,
+            *argv,
+        ]  # fmt: skip
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in cleanup()
+        self.proc = subprocess.Popen(
+            self.command,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=full_env,
+            cwd=workdir,
+            start_new_session=True,
+        )
+        self.seen_pids: set[int] = set()
+
+    def status(self) -> dict[str, Any] | None:
+        try:
+            with urllib.request.urlopen(
+                f"http://127.0.0.1:{self.health_port}/status", timeout=2
+            ) as resp:
+                data: dict[str, Any] = json.loads(resp.read())
+        except (OSError, ValueError):
+            return None
+        self.seen_pids.update(w["pid"] for w in data.get("workers", []) if w.get("pid"))
+        return data
+
+    def get(self, path: str) -> tuple[int, bytes]:
+        try:
+            with urllib.request.urlopen(
+                f"http://127.0.0.1:{self.health_port}{path}", timeout=2
+            ) as resp:
+                return resp.status, resp.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read()
+
+    def wait_status(
+        self, predicate: Callable[[dict[str, Any]], bool], timeout: float, what: str
+    ) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        last: dict[str, Any] | None = None
+        while time.monotonic() < deadline:
+            last = self.status() or last
+            if last is not None and predicate(last):
+                return last
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.2)
+        raise AssertionError(
+            f"{self.name}: timed out waiting for {what}; last status {last}; "
+            f"exit {self.proc.poll()}; log tail:\n{self.log()[-3000:]}"
+        )
+
+    def wait_running(self, timeout: float = 120.0, world_size: int | None = None) -> dict[str, Any]:
+        return self.wait_status(
+            lambda s: (
+                s["state"] == "Running"
+                and len(s["workers"]) > 0
+                and (world_size is None or s["worldSize"] == world_size)
+            ),
+            timeout,
+            f"Running (world size {world_size})",
+        )
+
+    def wait_exit(self, timeout: float) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                f"{self.name} still running after {timeout}s; log tail:\n{self.log()[-3000:]}"
+            ) from None
+
+    def signal(self, sig: int) -> None:
+        self.proc.send_signal(sig)
+
+    def log(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def cleanup(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        for pid in self.seen_pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(10)
+        self._log.close()
+
+
+def rdzv_flags(endpoint: str, run_id: str, nnodes: str, **conf: float | str) -> list[str]:
+    settings = {"last_call_timeout": 1, "heartbeat": 2, "join_timeout": 120, **conf}
+    return [
+        "--nnodes", nnodes,
+        "--rdzv-endpoint", endpoint,
+        "--rdzv-id", run_id,
+        "--rdzv-conf", ",".join(f"{k}={v}" for k, v in settings.items()),
+        "--monitor-interval", "0.2",
+        "--shutdown-timeout", "5",
+    ]  # fmt: skip
+
+
+def job_counts(endpoint: str, run_id: str) -> dict[str, int]:
+    """The job-wide restart counts in etcd, by reason (absent reasons omitted)."""
+    from elasticjob_agent.etcd_link import EtcdLink, parse_endpoints  # noqa: PLC0415
+    from elasticjob_agent.protocol.keys import JobKeys  # noqa: PLC0415
+    from elasticjob_agent.restart_counter import JobRestartCounter  # noqa: PLC0415
+
+    link = EtcdLink(parse_endpoints(endpoint))
+    try:
+        counts = JobRestartCounter(link, JobKeys("/elasticjob", run_id), "test", patience=5).read()
+        return dict(counts.by_reason)
+    finally:
+        link.close()
+
+
+def close_reason(endpoint: str, run_id: str) -> str | None:
+    from elasticjob_agent.etcd_link import EtcdLink, parse_endpoints  # noqa: PLC0415
+    from elasticjob_agent.protocol.keys import JobKeys  # noqa: PLC0415
+    from elasticjob_agent.restart_counter import JobRestartCounter  # noqa: PLC0415
+
+    link = EtcdLink(parse_endpoints(endpoint))
+    try:
+        return JobRestartCounter(
+            link, JobKeys("/elasticjob", run_id), "t", patience=5
+        ).close_reason()
+    finally:
+        link.close()
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")

@@ -183,6 +183,36 @@ class LocalCluster:
         except (OSError, ValueError) as err:
             raise ClusterError(f"container {name} of {namespace}/{pod} is not running: {err}") from err
 
+    def exec_in_pod(
+        self,
+        namespace: str,
+        pod: str,
+        argv: list[str],
+        container: str | None = None,
+        timeout: float = 60,
+        check: bool = False,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run ``argv`` inside a running container's network, mount and UTS namespaces, with
+        the container's environment: this cluster's ``kubectl exec``."""
+        record = self._record(namespace, pod)
+        containers = record["containers"]
+        name = container or next((n for n, c in containers.items() if not c.get("init")), None)
+        if name not in containers:
+            raise ClusterError(f"pod {namespace}/{pod} has no container {container!r}")
+        try:
+            pid = int(Path(containers[name]["pid_file"]).read_text())
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except (OSError, ValueError) as err:
+            raise ClusterError(f"container {name} of {namespace}/{pod} is not running: {err}") from err
+        env = dict(item.split("=", 1) for item in environ.decode().split("\0") if "=" in item)
+        done = subprocess.run(
+            ["nsenter", "-t", str(pid), "-n", "-m", "-u", "--", *argv],
+            env=env, capture_output=True, text=True, timeout=timeout, check=False,
+        )  # fmt: skip
+        if check and done.returncode != 0:
+            raise ClusterError(f"{argv} in {namespace}/{pod} exited {done.returncode}: {done.stderr}")
+        return done
+
     def pod_logs(
         self, namespace: str, pod: str, container: str | None = None, previous: bool = False
     ) -> str:

@@ -159,22 +159,3 @@ def pod_conditions(
         if old is not None and old.get("status") == condition["status"]:
             condition["lastTransitionTime"] = old.get("lastTransitionTime", now)
     return fresh
-
-
-def qos_class(containers: Sequence[Mapping[str, Any]]) -> str:
-    """``Guaranteed`` / ``Burstable`` / ``BestEffort`` from the containers' resources."""
-    requests_any = False
-    guaranteed = True
-    for container in containers:
-        resources = container.get("resources") or {}
-        requests = resources.get("requests") or {}
-        limits = resources.get("limits") or {}
-        if requests or limits:
-            requests_any = True
-        for resource in ("cpu", "memory"):
-            limit = limits.get(resource)
-            if limit is None or requests.get(resource, limit) != limit:
-                guaranteed = False
-    if not requests_any:
-        return "BestEffort"
-    return "Guaranteed" if guaranteed else "Burstable"

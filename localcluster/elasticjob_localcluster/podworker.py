@@ -27,7 +27,6 @@ from .podstatus import (
     container_status,
     pod_conditions,
     pod_phase,
-    qos_class,
     restarts_after,
 )
 from .probes import probe_once
@@ -107,6 +106,7 @@ class PodWorker:
         self.dirty = asyncio.Event()
         self.lost = False
         self.deleting = False
+        self.torn_down = False
         self.task: asyncio.Task[None] | None = None
         self._status_task: asyncio.Task[None] | None = None
         self._conditions: list[dict[str, Any]] = []
@@ -419,6 +419,7 @@ class PodWorker:
         await self._patch_status(status)
 
     async def teardown(self) -> None:
+        self.torn_down = True
         if self._status_task is not None:
             self._status_task.cancel()
         if self.netns:
@@ -456,7 +457,6 @@ class PodWorker:
             "hostIP": self.em.host_ip,
             "hostIPs": [{"ip": self.em.host_ip}],
             "startTime": self.start_time,
-            "qosClass": qos_class(self.pod["spec"]["containers"]),
             "containerStatuses": [container_status(v) for v in views],
         }
         if init_views:
@@ -486,14 +486,16 @@ class PodWorker:
                 content_type=STRATEGIC,
             )
         except ApiError as err:
-            if err.status not in (404, 409, 422):
+            if err.status != 404:
                 log.warning("status of %s/%s: %s", self.namespace, self.name, err)
         except Exception as err:  # transient connection trouble: the next change retries
             log.warning("status of %s/%s: %s", self.namespace, self.name, err)
         self.write_record()
 
     def write_record(self) -> None:
-        """The pod's record for test helpers: ``<state>/pods/<ns>/<name>.json``."""
+        """The pod's record for test helpers: ``<state>/records/<ns>/<name>.json``."""
+        if self.torn_down:
+            return
         record = {
             "uid": self.uid,
             "node": self.node,

@@ -1,0 +1,64 @@
+"""Manifest builders shared by the local-cluster tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def python_pod(
+    name: str,
+    code: str,
+    *,
+    restart_policy: str = "Never",
+    labels: dict[str, str] | None = None,
+    grace: int = 30,
+    gpus: int = 0,
+    extra_spec: dict[str, Any] | None = None,
+    extra_container: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A pod whose single container runs ``python -u -c code``."""
+    container: dict[str, Any] = {"name": "main", "image": "unused", "command": ["python", "-u", "-c", code]}
+    if gpus:
+        container["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
+    container.update(extra_container or {})
+    spec: dict[str, Any] = {
+        "restartPolicy": restart_policy,
+        "terminationGracePeriodSeconds": grace,
+        "containers": [container],
+    }
+    spec.update(extra_spec or {})
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels or {"app": name}},
+        "spec": spec,
+    }
+
+
+def service(name: str, selector: dict[str, str], port: int, headless: bool = False) -> dict[str, Any]:
+    spec: dict[str, Any] = {"selector": selector, "ports": [{"port": port, "targetPort": port}]}
+    if headless:
+        spec["clusterIP"] = "None"
+    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name}, "spec": spec}
+
+
+HTTP_SERVER = (
+    "import http.server, socketserver\n"
+    "socketserver.TCPServer.allow_reuse_address = True\n"
+    "http.server.test(HandlerClass=http.server.SimpleHTTPRequestHandler, port=8080, bind='0.0.0.0')\n"
+)
+
+
+def fetch_code(url: str) -> list[str]:
+    """argv that fetches ``url`` (2 s timeout) and exits 0 on success."""
+    return ["python", "-c", f"import urllib.request; urllib.request.urlopen({url!r}, timeout=2); print('ok')"]
+
+
+def log_contains(cluster: Any, namespace: str, pod: str, text: str, previous: bool = False) -> bool:
+    """Whether the pod's container log holds ``text`` (False while the pod does not run yet)."""
+    from elasticjob_localcluster import ClusterError
+
+    try:
+        return text in cluster.pod_logs(namespace, pod, previous=previous)
+    except ClusterError:
+        return False

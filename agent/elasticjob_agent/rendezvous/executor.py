@@ -29,7 +29,6 @@ from elasticjob_agent.etcd.client import (
 from elasticjob_agent.rendezvous.errors import (
     RendezvousClosedError,
     RendezvousConnectionError,
-    RendezvousStateError,
     RendezvousTimeoutError,
 )
 from elasticjob_agent.rendezvous.state import (
@@ -199,10 +198,6 @@ class Executor:
         response = await self.client.txn([], ops)
         total = int(response.responses[0].response_range.count)
         rank = int(response.responses[1].response_range.count) if my_create else max_nodes
-        if total == 0:
-            raise RendezvousStateError(
-                f"round {p} of {self.keys.root!r} is marked complete but had no members"
-            )
         world = min(total, max_nodes)
         members_end = end
         if total > max_nodes:

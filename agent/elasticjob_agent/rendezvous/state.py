@@ -9,6 +9,8 @@ crashes at any point, or runs against a stale snapshot, never breaks the invaria
 - members of a round are the first ``max_nodes`` joined keys (in key order) as of the
   completion, so ranks are ``0..world_size-1``, unique, and agreed by everyone,
 - a node that finds its round completed without it goes on the wait list (never a second group),
+- no node returns from a round with fewer than ``min_nodes`` members (such a round is void and
+  the next one starts),
 - a closed rendezvous stays closed.
 
 The randomized schedule tests (tests/unit/rendezvous) drive ``decide`` for many nodes against a
@@ -116,6 +118,10 @@ def decide(snap: Snapshot, ctx: Context, now: float) -> Action:
     if snap.closed:
         return Action(Kind.CLOSED, p)
     if snap.completed:
+        m = snap.membership
+        if m is not None and m.world_size < ctx.min_nodes:
+            # Members died between the completer's read and its write: the round is void.
+            return Action(Kind.BUMP, p, fence=snap.round_mod)
         if is_member(snap, ctx):
             if ctx.member_of == p:
                 # We are in the current group and were asked for a new round: start it.

@@ -1,0 +1,123 @@
+"""``decide`` as a table: one snapshot and context in, one action out. No clock, no etcd."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from elasticjob_agent.rendezvous.state import Context, Kind, Membership, Snapshot, decide
+
+NOW = 1000.0
+CTX = Context(
+    min_nodes=2,
+    max_nodes=3,
+    last_call_timeout=5.0,
+    join_deadline=NOW + 60,
+    recheck_interval=2.0,
+)
+OPEN = Snapshot(
+    revision=10,
+    closed=False,
+    round=4,
+    round_mod=7,
+    completed=False,
+    joined=0,
+    my_create=0,
+    last_call=None,
+    last_call_mod=0,
+    waiting=False,
+)
+JOINED = replace(OPEN, joined=1, my_create=9)
+MEMBER = Membership(rank=1, world_size=2, revision=9, members_end=b"z")
+OUTSIDER = Membership(rank=3, world_size=3, revision=9, members_end=b"z")
+DONE = replace(OPEN, completed=True, joined=2, my_create=8, membership=MEMBER)
+
+CASES = [
+    ("closed beats everything", replace(DONE, closed=True), CTX, Kind.CLOSED, None),
+    ("not joined: join", OPEN, CTX, Kind.JOIN, None),
+    ("join fences on the pointer", OPEN, CTX, Kind.JOIN, 7),
+    ("alone below min: wait", JOINED, CTX, Kind.WAIT, NOW + 2.0),
+    ("at max: complete now", replace(JOINED, joined=3), CTX, Kind.COMPLETE, 0),
+    ("over max: complete now", replace(JOINED, joined=5), CTX, Kind.COMPLETE, 0),
+    ("min reached: start last call", replace(JOINED, joined=2), CTX, Kind.LAST_CALL, NOW + 5),
+    (
+        "a later join restarts the last call",
+        replace(JOINED, joined=2, last_call=NOW + 1, last_call_mod=8),
+        CTX,
+        Kind.LAST_CALL,
+        NOW + 5,
+    ),
+    (
+        "last call running: wait until it ends",
+        replace(JOINED, joined=2, last_call=NOW + 1, last_call_mod=11),
+        CTX,
+        Kind.WAIT,
+        NOW + 1,
+    ),
+    (
+        "last call over: complete, fenced on it",
+        replace(JOINED, joined=2, last_call=NOW - 1, last_call_mod=11),
+        CTX,
+        Kind.COMPLETE,
+        11,
+    ),
+    ("completed with us: finish", DONE, CTX, Kind.FINISH, None),
+    ("completed with us, asked again: bump", DONE, replace(CTX, member_of=4), Kind.BUMP, 7),
+    (
+        "completed without us: wait list",
+        replace(DONE, my_create=0, membership=replace(MEMBER, rank=3)),
+        CTX,
+        Kind.WAIT_LIST,
+        None,
+    ),
+    (
+        "extra joiner past max: wait list",
+        replace(DONE, membership=OUTSIDER),
+        CTX,
+        Kind.WAIT_LIST,
+        None,
+    ),
+    (
+        "on the wait list: wait",
+        replace(DONE, my_create=0, waiting=True, membership=OUTSIDER),
+        CTX,
+        Kind.WAIT,
+        NOW + 2,
+    ),
+    (
+        "round void (members died before completion): bump",
+        replace(DONE, membership=replace(MEMBER, world_size=1)),
+        CTX,
+        Kind.BUMP,
+        7,
+    ),
+    ("join deadline passed: timeout", JOINED, replace(CTX, join_deadline=NOW), Kind.TIMEOUT, None),
+    (
+        "wait list past the deadline: timeout",
+        replace(DONE, my_create=0, waiting=True, membership=OUTSIDER),
+        replace(CTX, join_deadline=NOW - 1),
+        Kind.TIMEOUT,
+        None,
+    ),
+    (
+        "waits never pass the join deadline",
+        JOINED,
+        replace(CTX, join_deadline=NOW + 0.5),
+        Kind.WAIT,
+        NOW + 0.5,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("snap", "ctx", "kind", "detail"),
+    [pytest.param(s, c, k, d, id=name) for name, s, c, k, d in CASES],
+)
+def test_decide(snap: Snapshot, ctx: Context, kind: Kind, detail: float | None) -> None:
+    action = decide(snap, ctx, NOW)
+    assert action.kind is kind
+    assert action.round == snap.round
+    if kind in (Kind.WAIT, Kind.LAST_CALL) and detail is not None:
+        assert action.deadline == pytest.approx(detail)
+    elif kind in (Kind.JOIN, Kind.BUMP, Kind.COMPLETE) and detail is not None:
+        assert action.fence == detail

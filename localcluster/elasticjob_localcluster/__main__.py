@@ -30,14 +30,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpus-per-node", type=int, default=4)
     parser.add_argument("--cpu-per-node", default="8")
     parser.add_argument("--memory-per-node", default="32Gi")
-    parser.add_argument("--previous", action="store_true", help="logs: the run before the last restart")
+    parser.add_argument(
+        "--previous", action="store_true", help="logs: the run before the last restart"
+    )
     args = parser.parse_args(argv)
     try:
         config = _config(args)
     except ValueError as err:
         parser.error(str(err))
     if args.command == "serve":
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+        logging.basicConfig(
+            level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s"
+        )
         return serve(config)
     try:
         if args.command == "up":
@@ -57,7 +61,10 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "down":
             stopped = stop_cluster(config)
-            print(f"cluster {config.name!r} " + ("stopped" if stopped else "was not running; cleaned up"))
+            print(
+                f"cluster {config.name!r} "
+                + ("stopped" if stopped else "was not running; cleaned up")
+            )
             return 0
         cluster_or_none = connect(config)
         if cluster_or_none is None:
@@ -69,7 +76,9 @@ def main(argv: list[str] | None = None) -> int:
         if len(args.rest) not in (2, 3):
             parser.error("logs needs NAMESPACE POD [CONTAINER]")
         container = args.rest[2] if len(args.rest) == 3 else None
-        sys.stdout.write(cluster_or_none.pod_logs(args.rest[0], args.rest[1], container, args.previous))
+        sys.stdout.write(
+            cluster_or_none.pod_logs(args.rest[0], args.rest[1], container, args.previous)
+        )
         return 0
     except ClusterError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -70,9 +70,14 @@ class ClusterConfig:
             raise ValueError(f"nodes={self.nodes}: choose between 1 and 64 virtual nodes")
         if self.gpus_per_node < 0:
             raise ValueError(f"gpus_per_node={self.gpus_per_node}: must be >= 0")
-        for field, value in (("cpu_per_node", self.cpu_per_node), ("memory_per_node", self.memory_per_node)):
+        for field, value in (
+            ("cpu_per_node", self.cpu_per_node),
+            ("memory_per_node", self.memory_per_node),
+        ):
             if not _QUANTITY_RE.match(value):
-                raise ValueError(f"{field}={value!r}: not a Kubernetes quantity such as '8' or '32Gi'")
+                raise ValueError(
+                    f"{field}={value!r}: not a Kubernetes quantity such as '8' or '32Gi'"
+                )
         if self.pods_per_node < 1:
             raise ValueError(f"pods_per_node={self.pods_per_node}: must be >= 1")
 

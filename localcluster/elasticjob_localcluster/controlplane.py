@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 import json
 import shutil
 import signal
@@ -22,17 +21,10 @@ from .pki import Pki, make_pki
 
 SERVICE_CIDR = "10.96.0.0/16"
 SERVICE_ISSUER = "https://kubernetes.default.svc.cluster.local"
-_PR_SET_PDEATHSIG = 1
 
 
 class ControlPlaneError(RuntimeError):
     """A component is missing, did not start, or did not become ready."""
-
-
-def _die_with_parent() -> None:
-    # Children die with the supervisor even when it is SIGKILLed: nothing is left behind.
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def free_port(host: str) -> int:
@@ -94,12 +86,13 @@ def _spawn(cp: ControlPlane, name: str, argv: list[str]) -> None:
     logs = cp.state_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     with (logs / f"{name}.log").open("wb") as out:
+        # setpriv's parent-death signal: the component dies with the supervisor even when that
+        # is SIGKILLed, so nothing is left behind.
         cp.processes[name] = subprocess.Popen(
-            argv,
+            ["setpriv", "--pdeathsig", "KILL", "--", *argv],
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent,
         )
 
 
@@ -141,7 +134,9 @@ def start_control_plane(state_dir: Path, host: str, etcd_data_dir: Path) -> Cont
     for name in ("etcd", "openssl"):
         if shutil.which(name) is None:
             raise ControlPlaneError(f"{name} not found on PATH: run `make setup`")
-    binaries = {c: _binary(c) for c in ("kube-apiserver", "kube-controller-manager", "kube-scheduler")}
+    binaries = {
+        c: _binary(c) for c in ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+    }
     pki, tokens = make_pki(
         state_dir / "pki",
         ip_sans=[host, "127.0.0.1", "10.96.0.1"],

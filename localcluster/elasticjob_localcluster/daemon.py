@@ -48,6 +48,7 @@ def serve(config: ClusterConfig) -> int:
         shutil.rmtree(state / stale, ignore_errors=True)
     subnet, slot_lock = network.acquire_slot(cache_dir() / "cluster" / "slots")
     (state / "slot").write_text(str(subnet.slot))
+
     def request_stop(_signum: int, _frame: object) -> None:
         raise KeyboardInterrupt
 
@@ -75,7 +76,9 @@ def serve(config: ClusterConfig) -> int:
         log.info("cluster %s stopped", config.name)
 
 
-async def _run(config: ClusterConfig, cp: ControlPlane, subnet: network.Subnet, started: float, cp_s: float) -> None:
+async def _run(
+    config: ClusterConfig, cp: ControlPlane, subnet: network.Subnet, started: float, cp_s: float
+) -> None:
     state = config.state_dir
     ca_pem = cp.pki.ca_cert.read_text()
     stopping = asyncio.Event()
@@ -84,7 +87,12 @@ async def _run(config: ClusterConfig, cp: ControlPlane, subnet: network.Subnet, 
         loop.add_signal_handler(signum, stopping.set)
     async with KubeApi(cp.server, cp.tokens["node-emulator"], cp.pki.ca_cert) as api:
         emulator = NodeEmulator(
-            config, api, subnet, cp.api_port, ca_pem, (cp.pki.serving_cert, cp.pki.serving_key)
+            config=config,
+            api=api,
+            subnet=subnet,
+            api_port=cp.api_port,
+            ca_pem=ca_pem,
+            tls=(cp.pki.serving_cert, cp.pki.serving_key),
         )
         try:
             await emulator.start()
@@ -133,18 +141,25 @@ async def _run(config: ClusterConfig, cp: ControlPlane, subnet: network.Subnet, 
                 log.warning("emulator shutdown: %s", err)
 
 
-async def _wait_nodes_ready(api: KubeApi, config: ClusterConfig, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
+async def _wait_nodes_ready(api: KubeApi, config: ClusterConfig, limit_s: float = 60) -> None:
+    deadline = time.monotonic() + limit_s
     while True:
         nodes = (await api.get("/api/v1/nodes")).get("items", [])
         ready = [
             n
             for n in nodes
-            if any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions", []))
-            and not any(t.get("key") == "node.kubernetes.io/not-ready" for t in n["spec"].get("taints", []))
+            if any(
+                c["type"] == "Ready" and c["status"] == "True"
+                for c in n["status"].get("conditions", [])
+            )
+            and not any(
+                t.get("key") == "node.kubernetes.io/not-ready" for t in n["spec"].get("taints", [])
+            )
         ]
         if len(ready) >= config.nodes:
             return
         if time.monotonic() > deadline:
-            raise RuntimeError(f"only {len(ready)} of {config.nodes} nodes became Ready in {timeout:.0f} s")
+            raise RuntimeError(
+                f"only {len(ready)} of {config.nodes} nodes became Ready in {limit_s:.0f} s"
+            )
         await asyncio.sleep(0.3)

@@ -13,8 +13,9 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from typing import Any
 from aiohttp import web
 
 from .config import K8S_VERSION, ClusterConfig, repo_root, venv_bin_dir
+from .controlplane import free_port
 from .hostsfile import PodEntry, ServiceEntry, render_hosts
 from .kubeapi import MERGE, STRATEGIC, ApiError, KubeApi
 from .network import Subnet
@@ -43,6 +45,7 @@ class NodeEmulator:
 
     def __init__(
         self,
+        *,
         config: ClusterConfig,
         api: KubeApi,
         subnet: Subnet,
@@ -59,7 +62,9 @@ class NodeEmulator:
         self.tls = tls
         self.state_dir = config.state_dir
         self.records_dir = config.state_dir / "records"
-        self.pod_path = f"{venv_bin_dir()}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+        self.pod_path = (
+            f"{venv_bin_dir()}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+        )
         self.default_workdir = str(repo_root())
         self.kubelet_port = 0
         self.nodes = config.node_names()
@@ -72,6 +77,13 @@ class NodeEmulator:
         self._hosts_dirty = asyncio.Event()
         self._tasks: list[asyncio.Task[Any]] = []
         self._runner: web.AppRunner | None = None
+        self._background: set[asyncio.Task[Any]] = set()
+
+    def background(self, work: Coroutine[Any, Any, Any]) -> None:
+        """Run ``work`` as a task that is kept referenced until it ends."""
+        task = asyncio.create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     # ---------------------------------------------------------------- addresses
 
@@ -139,10 +151,14 @@ class NodeEmulator:
                 "lastTransitionTime": now,
             }
 
-        ready_condition = condition("Ready", True, "KubeletReady", "kubelet is posting ready status")
+        ready_condition = condition(
+            "Ready", True, "KubeletReady", "kubelet is posting ready status"
+        )
         if not ready:
             ready_condition.update(
-                status="Unknown", reason="NodeStatusUnknown", message="Kubelet stopped posting node status."
+                status="Unknown",
+                reason="NodeStatusUnknown",
+                message="Kubelet stopped posting node status.",
             )
         return {
             "capacity": capacity,
@@ -153,7 +169,10 @@ class NodeEmulator:
                 condition("PIDPressure", False, "KubeletHasSufficientPID", "ok"),
                 ready_condition,
             ],
-            "addresses": [{"type": "InternalIP", "address": self.host_ip}, {"type": "Hostname", "address": node}],
+            "addresses": [
+                {"type": "InternalIP", "address": self.host_ip},
+                {"type": "Hostname", "address": node},
+            ],
             "daemonEndpoints": {"kubeletEndpoint": {"Port": self.kubelet_port}},
             "nodeInfo": {
                 "machineID": f"elasticjob-{node}",
@@ -198,20 +217,34 @@ class NodeEmulator:
                 "name": node,
                 "namespace": "kube-node-lease",
                 "ownerReferences": [
-                    {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_obj["metadata"]["uid"]}
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Node",
+                        "name": node,
+                        "uid": node_obj["metadata"]["uid"],
+                    }
                 ],
             },
-            "spec": {"holderIdentity": node, "leaseDurationSeconds": LEASE_SECONDS, "renewTime": _micro_now()},
+            "spec": {
+                "holderIdentity": node,
+                "leaseDurationSeconds": LEASE_SECONDS,
+                "renewTime": _micro_now(),
+            },
         }
         try:
-            await self.api.request("POST", "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases", lease)
+            await self.api.request(
+                "POST", "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases", lease
+            )
         except ApiError as err:
             if err.status != 409:
                 raise
 
     async def _post_node_status(self, node: str, ready: bool) -> None:
         await self.api.request(
-            "PATCH", f"/api/v1/nodes/{node}/status", {"status": self._node_status(node, ready)}, content_type=STRATEGIC
+            "PATCH",
+            f"/api/v1/nodes/{node}/status",
+            {"status": self._node_status(node, ready)},
+            content_type=STRATEGIC,
         )
 
     async def _heartbeats(self) -> None:
@@ -310,7 +343,7 @@ class NodeEmulator:
         if worker is not None and not worker.deleting:
             # Force-deleted: stop at once, nobody waits for the status any more.
             worker.deleting = True
-            asyncio.create_task(self._stop_and_teardown(worker))
+            self.background(self._stop_and_teardown(worker))
 
     async def _stop_and_teardown(self, worker: PodWorker) -> None:
         await worker.stop_containers(0)
@@ -327,7 +360,7 @@ class NodeEmulator:
             if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
                 return
             if deleting:
-                asyncio.create_task(self._delete_unstarted(pod))
+                self.background(self._delete_unstarted(pod))
                 return
             worker = PodWorker(self, pod)
             self.workers[uid] = worker
@@ -336,7 +369,7 @@ class NodeEmulator:
         worker.pod["metadata"] = pod["metadata"]
         if deleting and not worker.deleting and not worker.lost:
             grace = pod["metadata"].get("deletionGracePeriodSeconds")
-            asyncio.create_task(worker.delete(float(grace if grace is not None else 30)))
+            self.background(worker.delete(float(grace if grace is not None else 30)))
 
     async def _delete_unstarted(self, pod: dict[str, Any]) -> None:
         meta = pod["metadata"]
@@ -351,7 +384,8 @@ class NodeEmulator:
     def _on_services(self, kind: str, obj: dict[str, Any]) -> None:
         if kind == "SYNC":
             self.services = {
-                (str(s["metadata"]["namespace"]), str(s["metadata"]["name"])): s for s in obj.get("items", [])
+                (str(s["metadata"]["namespace"]), str(s["metadata"]["name"])): s
+                for s in obj.get("items", [])
             }
         else:
             key = (str(obj["metadata"]["namespace"]), str(obj["metadata"]["name"]))
@@ -371,7 +405,8 @@ class NodeEmulator:
         for pod in self.pods.values():
             status = pod.get("status") or {}
             ready = any(
-                c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
+                c.get("type") == "Ready" and c.get("status") == "True"
+                for c in status.get("conditions") or []
             )
             spec = pod.get("spec") or {}
             meta = pod["metadata"]
@@ -466,9 +501,11 @@ class NodeEmulator:
 
         async def post() -> None:
             with contextlib.suppress(Exception):
-                await self.api.request("POST", f"/api/v1/namespaces/{meta['namespace']}/events", body)
+                await self.api.request(
+                    "POST", f"/api/v1/namespaces/{meta['namespace']}/events", body
+                )
 
-        asyncio.create_task(post())
+        self.background(post())
 
     # ---------------------------------------------------------------- kubelet endpoint
 
@@ -486,11 +523,9 @@ class NodeEmulator:
         context.load_cert_chain(str(self.tls[0]), str(self.tls[1]))
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host_ip, 0, ssl_context=context)
+        self.kubelet_port = free_port(self.host_ip)
+        site = web.TCPSite(self._runner, self.host_ip, self.kubelet_port, ssl_context=context)
         await site.start()
-        server = site._server
-        assert server is not None and server.sockets  # noqa: S101 - set by start()
-        self.kubelet_port = int(server.sockets[0].getsockname()[1])
 
     async def _healthz(self, _request: web.Request) -> web.Response:
         return web.Response(text="ok")
@@ -508,7 +543,9 @@ class NodeEmulator:
         attempt = c.restart_count
         if request.query.get("previous") == "true":
             if attempt == 0 and c.last is None:
-                raise web.HTTPBadRequest(text=f"previous terminated container {container!r} not found")
+                raise web.HTTPBadRequest(
+                    text=f"previous terminated container {container!r} not found"
+                )
             attempt = attempt - 1 if c.state.value != "terminated" or attempt > 0 else attempt
         path = worker.dir / "logs" / container / f"{max(attempt, 0)}.log"
         text = path.read_bytes() if path.exists() else b""
@@ -557,5 +594,6 @@ async def control_server(
         await writer.drain()
         writer.close()
 
-    path.unlink(missing_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
     return await asyncio.start_unix_server(serve, path=str(path))

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -15,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from . import network
-from .config import ClusterConfig, tool_path
+from .config import ClusterConfig, cache_dir, tool_path
 from .daemon import INFO_FILE, etcd_data_dir
 
 
@@ -51,7 +53,13 @@ class LocalCluster:
     # ---------------------------------------------------------------- tools
 
     def _run(
-        self, tool: str, args: tuple[str, ...], check: bool, input: str | None, timeout: float
+        self,
+        tool: str,
+        args: tuple[str, ...],
+        *,
+        check: bool,
+        input: str | None,
+        timeout: float,
     ) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(
             [str(tool_path(tool)), *args],
@@ -72,13 +80,13 @@ class LocalCluster:
         self, *args: str, check: bool = True, input: str | None = None, timeout: float = 120
     ) -> subprocess.CompletedProcess[str]:
         """Run kubectl as the admin; raises :class:`ClusterError` on failure when ``check``."""
-        return self._run("kubectl", args, check, input, timeout)
+        return self._run("kubectl", args, check=check, input=input, timeout=timeout)
 
     def helm(
         self, *args: str, check: bool = True, timeout: float = 300
     ) -> subprocess.CompletedProcess[str]:
         """Run helm against this cluster (its own helm config/cache under the state dir)."""
-        return self._run("helm", args, check, None, timeout)
+        return self._run("helm", args, check=check, input=None, timeout=timeout)
 
     def get_json(self, *args: str) -> Any:
         """``kubectl get <args> -o json``, decoded."""
@@ -113,14 +121,18 @@ class LocalCluster:
         pod: dict[str, Any] = json.loads(done.stdout)
         return pod
 
-    def wait_pod_phase(self, namespace: str, name: str, *phases: str, timeout: float = 60) -> dict[str, Any]:
+    def wait_pod_phase(
+        self, namespace: str, name: str, *phases: str, timeout: float = 60
+    ) -> dict[str, Any]:
         """Wait until the pod is in one of ``phases``; returns the pod."""
 
         def check() -> dict[str, Any] | None:
             pod = self.pod(namespace, name)
             return pod if pod and pod.get("status", {}).get("phase") in phases else None
 
-        result: dict[str, Any] = self.wait_for(f"pod {namespace}/{name} phase in {phases}", check, timeout)
+        result: dict[str, Any] = self.wait_for(
+            f"pod {namespace}/{name} phase in {phases}", check, timeout
+        )
         return result
 
     # ---------------------------------------------------------------- pods and nodes
@@ -181,13 +193,16 @@ class LocalCluster:
             pid = int(Path(containers[name]["pid_file"]).read_text())
             os.kill(pid, sig)
         except (OSError, ValueError) as err:
-            raise ClusterError(f"container {name} of {namespace}/{pod} is not running: {err}") from err
+            raise ClusterError(
+                f"container {name} of {namespace}/{pod} is not running: {err}"
+            ) from err
 
     def exec_in_pod(
         self,
         namespace: str,
         pod: str,
         argv: list[str],
+        *,
         container: str | None = None,
         timeout: float = 60,
         check: bool = False,
@@ -203,14 +218,18 @@ class LocalCluster:
             pid = int(Path(containers[name]["pid_file"]).read_text())
             environ = Path(f"/proc/{pid}/environ").read_bytes()
         except (OSError, ValueError) as err:
-            raise ClusterError(f"container {name} of {namespace}/{pod} is not running: {err}") from err
+            raise ClusterError(
+                f"container {name} of {namespace}/{pod} is not running: {err}"
+            ) from err
         env = dict(item.split("=", 1) for item in environ.decode().split("\0") if "=" in item)
         done = subprocess.run(
             ["nsenter", "-t", str(pid), "-n", "-m", "-u", "--", *argv],
             env=env, capture_output=True, text=True, timeout=timeout, check=False,
         )  # fmt: skip
         if check and done.returncode != 0:
-            raise ClusterError(f"{argv} in {namespace}/{pod} exited {done.returncode}: {done.stderr}")
+            raise ClusterError(
+                f"{argv} in {namespace}/{pod} exited {done.returncode}: {done.stderr}"
+            )
         return done
 
     def pod_logs(
@@ -330,7 +349,9 @@ def start_cluster(config: ClusterConfig, timeout: float = 180) -> LocalCluster:
         time.sleep(0.2)
     stop_cluster(config)
     tail = log_path.read_text(errors="replace")[-4000:]
-    raise ClusterError(f"cluster {config.name!r} not ready after {timeout:.0f} s (log {log_path}):\n{tail}")
+    raise ClusterError(
+        f"cluster {config.name!r} not ready after {timeout:.0f} s (log {log_path}):\n{tail}"
+    )
 
 
 def stop_cluster(config: ClusterConfig, timeout: float = 60) -> bool:
@@ -361,17 +382,11 @@ def stop_cluster(config: ClusterConfig, timeout: float = 60) -> bool:
     (state / "pid").unlink(missing_ok=True)
     (state / INFO_FILE).unlink(missing_ok=True)
     with contextlib.suppress(OSError):
-        import shutil
-
         shutil.rmtree(etcd_data_dir(config), ignore_errors=True)
     return was_running
 
 
 def _cleanup_slot_if_free(slot: int) -> None:
-    import fcntl
-
-    from .config import cache_dir
-
     lock = cache_dir() / "cluster" / "slots" / f"slot-{slot}.lock"
     if not lock.exists():
         return

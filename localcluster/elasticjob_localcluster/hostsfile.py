@@ -75,9 +75,10 @@ def render_hosts(
         "127.0.0.1\tlocalhost",
         "::1\tlocalhost ip6-localhost ip6-loopback",
     ]
-    own = [pod.hostname]
+    hostname = pod.hostname or pod.name
+    own = [hostname]
     if pod.subdomain:
-        own = [*_names(f"{pod.hostname}.{pod.subdomain}", pod.namespace, ""), pod.hostname]
+        own = [*_names(f"{hostname}.{pod.subdomain}", pod.namespace, ""), hostname]
     lines.append(f"{pod.ip}\t{' '.join(own)}")
     lines.append(f"{api_host}\t{' '.join(_names('kubernetes', 'default', pod.namespace))}")
     for service in sorted(services, key=lambda s: (s.namespace, s.name)):
@@ -90,5 +91,7 @@ def render_hosts(
             for p in backing:
                 if p.subdomain == service.name and p.hostname:
                     base = f"{p.hostname}.{service.name}"
-                    lines.append(f"{p.ip}\t{' '.join(_names(base, service.namespace, pod.namespace))}")
+                    lines.append(
+                        f"{p.ip}\t{' '.join(_names(base, service.namespace, pod.namespace))}"
+                    )
     return "\n".join(lines) + "\n"

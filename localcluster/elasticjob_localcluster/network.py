@@ -9,6 +9,7 @@ Needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN); there is no loopback-only fallback.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import ipaddress
 import os
@@ -105,10 +106,8 @@ def remove_slot_leftovers(subnet: Subnet) -> None:
 def kill_netns_processes(netns: str) -> None:
     """SIGKILL every process in ``netns`` (whatever its ancestry)."""
     for pid in _ip("netns", "pids", netns, check=False).stdout.split():
-        try:
+        with contextlib.suppress(ProcessLookupError, ValueError):
             os.kill(int(pid), signal.SIGKILL)
-        except (ProcessLookupError, ValueError):
-            pass
 
 
 def create_bridge(subnet: Subnet) -> None:

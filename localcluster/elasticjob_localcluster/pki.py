@@ -69,7 +69,9 @@ def _openssl(*args: str, cwd: Path) -> None:
         raise PkiError(f"openssl {' '.join(args[:2])} failed: {done.stderr.strip()}")
 
 
-def make_pki(directory: Path, ip_sans: list[str], dns_sans: list[str]) -> tuple[Pki, dict[str, str]]:
+def make_pki(
+    directory: Path, ip_sans: list[str], dns_sans: list[str]
+) -> tuple[Pki, dict[str, str]]:
     """Create a CA, a serving certificate valid for ``ip_sans``/``dns_sans``, the ServiceAccount
     key pair and a static token per identity in :data:`IDENTITIES`.
 

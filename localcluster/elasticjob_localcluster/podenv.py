@@ -131,7 +131,7 @@ def container_env(
             if key not in data:
                 if ref.get("optional", False):
                     continue
-                raise PodConfigError(f'couldn\'t find key {key} in {kind} {namespace}/{ref["name"]}')
+                raise PodConfigError(f"couldn't find key {key} in {kind} {namespace}/{ref['name']}")
             env[name] = data[key]
         else:
             raise PodConfigError(

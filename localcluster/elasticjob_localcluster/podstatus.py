@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 
-class RunState(str, Enum):
+class RunState(StrEnum):
     """Where one container is in its life."""
 
     #: Not started yet (or being prepared).

@@ -375,7 +375,9 @@ class PodWorker:
                     if c.proc and c.proc.returncode is None:
                         self.kill_main(c, signal.SIGKILL)
                 try:
-                    await asyncio.wait_for(asyncio.gather(*(c.proc.wait() for c in running if c.proc)), 3)
+                    await asyncio.wait_for(
+                        asyncio.gather(*(c.proc.wait() for c in running if c.proc)), 3
+                    )
                 except TimeoutError:
                     for c in running:
                         if c.proc and c.proc.returncode is None:

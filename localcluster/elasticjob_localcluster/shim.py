@@ -14,6 +14,7 @@ Spec (JSON): ``hostname``, ``argv``, ``env``, ``cwd``, ``mounts`` (``source``, `
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -71,10 +72,8 @@ def _kill_leftovers() -> None:
         if not pids:
             return
         for pid in pids:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         try:
             while os.waitpid(-1, os.WNOHANG)[0] > 0:
                 pass
@@ -123,15 +122,15 @@ def main() -> int:
             os.chdir(cwd)
             os.execvpe(argv[0], argv, env)
         except OSError as err:
-            print(f"elasticjob-localcluster: cannot run {argv[0]!r} in {cwd}: {err}", file=sys.stderr)
+            print(
+                f"elasticjob-localcluster: cannot run {argv[0]!r} in {cwd}: {err}", file=sys.stderr
+            )
             os._exit(127)
     Path(spec["pid_file"]).write_text(str(pid))
 
     def forward(signum: int, _frame: object) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signum)
-        except ProcessLookupError:
-            pass
 
     for signum in forwarded:
         signal.signal(signum, forward)

@@ -1,8 +1,11 @@
-"""Manifest builders shared by the local-cluster tests."""
+"""Small manifest builders and checks for end-to-end tests on the local cluster (pure, except
+:func:`log_contains`)."""
 
 from __future__ import annotations
 
 from typing import Any
+
+from .handle import ClusterError, LocalCluster
 
 
 def python_pod(
@@ -17,7 +20,11 @@ def python_pod(
     extra_container: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A pod whose single container runs ``python -u -c code``."""
-    container: dict[str, Any] = {"name": "main", "image": "unused", "command": ["python", "-u", "-c", code]}
+    container: dict[str, Any] = {
+        "name": "main",
+        "image": "unused",
+        "command": ["python", "-u", "-c", code],
+    }
     if gpus:
         container["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
     container.update(extra_container or {})
@@ -35,7 +42,9 @@ def python_pod(
     }
 
 
-def service(name: str, selector: dict[str, str], port: int, headless: bool = False) -> dict[str, Any]:
+def service(
+    name: str, selector: dict[str, str], port: int, headless: bool = False
+) -> dict[str, Any]:
     spec: dict[str, Any] = {"selector": selector, "ports": [{"port": port, "targetPort": port}]}
     if headless:
         spec["clusterIP"] = "None"
@@ -45,19 +54,25 @@ def service(name: str, selector: dict[str, str], port: int, headless: bool = Fal
 HTTP_SERVER = (
     "import http.server, socketserver\n"
     "socketserver.TCPServer.allow_reuse_address = True\n"
-    "http.server.test(HandlerClass=http.server.SimpleHTTPRequestHandler, port=8080, bind='0.0.0.0')\n"
+    "http.server.test(\n"
+    "    HandlerClass=http.server.SimpleHTTPRequestHandler, port=8080, bind='0.0.0.0'\n"
+    ")\n"
 )
 
 
 def fetch_code(url: str) -> list[str]:
     """argv that fetches ``url`` (2 s timeout) and exits 0 on success."""
-    return ["python", "-c", f"import urllib.request; urllib.request.urlopen({url!r}, timeout=2); print('ok')"]
+    return [
+        "python",
+        "-c",
+        f"import urllib.request; urllib.request.urlopen({url!r}, timeout=2); print('ok')",
+    ]
 
 
-def log_contains(cluster: Any, namespace: str, pod: str, text: str, previous: bool = False) -> bool:
+def log_contains(
+    cluster: LocalCluster, namespace: str, pod: str, text: str, previous: bool = False
+) -> bool:
     """Whether the pod's container log holds ``text`` (False while the pod does not run yet)."""
-    from elasticjob_localcluster import ClusterError
-
     try:
         return text in cluster.pod_logs(namespace, pod, previous=previous)
     except ClusterError:

@@ -32,7 +32,10 @@ async def read_secret(api: KubeApi, namespace: str, name: str) -> dict[str, str]
         if err.status == 404:
             return None
         raise
-    data = {str(k): base64.b64decode(v).decode(errors="replace") for k, v in (body.get("data") or {}).items()}
+    data = {
+        str(k): base64.b64decode(v).decode(errors="replace")
+        for k, v in (body.get("data") or {}).items()
+    }
     data.update({str(k): str(v) for k, v in (body.get("stringData") or {}).items()})
     return data
 
@@ -45,7 +48,12 @@ async def request_token(
     account = pod["spec"].get("serviceAccountName") or "default"
     spec: dict[str, Any] = {
         "expirationSeconds": expiration,
-        "boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": meta["name"], "uid": meta["uid"]},
+        "boundObjectRef": {
+            "kind": "Pod",
+            "apiVersion": "v1",
+            "name": meta["name"],
+            "uid": meta["uid"],
+        },
     }
     if audience:
         spec["audiences"] = [audience]
@@ -57,9 +65,15 @@ async def request_token(
     return str(body["status"]["token"])
 
 
-def _write_items(target: Path, data: Mapping[str, str], items: list[Mapping[str, Any]] | None) -> None:
+def _write_items(
+    target: Path, data: Mapping[str, str], items: list[Mapping[str, Any]] | None
+) -> None:
     target.mkdir(parents=True, exist_ok=True)
-    chosen = [(str(i["key"]), str(i.get("path", i["key"]))) for i in items] if items else [(k, k) for k in data]
+    chosen = (
+        [(str(i["key"]), str(i.get("path", i["key"]))) for i in items]
+        if items
+        else [(k, k) for k in data]
+    )
     for key, rel in chosen:
         if key not in data:
             raise PodConfigError(f"key {key!r} not found for volume file {rel!r}")
@@ -111,21 +125,31 @@ async def prepare_volumes(
         elif "projected" in volume:
             target.mkdir(parents=True, exist_ok=True)
             for source in volume["projected"].get("sources") or []:
-                await _project(api, pod, source, target, ctx, ca_pem)
+                await _project(api, pod=pod, source=source, target=target, ctx=ctx, ca_pem=ca_pem)
         else:
             kinds = sorted(k for k in volume if k != "name")
-            raise PodConfigError(f"volume {name!r}: type {kinds} is not supported by the local cluster")
+            raise PodConfigError(
+                f"volume {name!r}: type {kinds} is not supported by the local cluster"
+            )
         paths[name] = target
     return paths
 
 
 async def _project(
-    api: KubeApi, pod: Mapping[str, Any], source: Mapping[str, Any], target: Path, ctx: PodContext, ca_pem: str
+    api: KubeApi,
+    *,
+    pod: Mapping[str, Any],
+    source: Mapping[str, Any],
+    target: Path,
+    ctx: PodContext,
+    ca_pem: str,
 ) -> None:
     namespace = str(pod["metadata"]["namespace"])
     if "serviceAccountToken" in source:
         sat = source["serviceAccountToken"]
-        token = await request_token(api, pod, sat.get("audience"), int(sat.get("expirationSeconds", 3607)))
+        token = await request_token(
+            api, pod, sat.get("audience"), int(sat.get("expirationSeconds", 3607))
+        )
         (target / str(sat["path"])).write_text(token)
     elif "configMap" in source:
         ref = source["configMap"]
@@ -152,9 +176,11 @@ async def _project(
         raise PodConfigError(f"projected source {sorted(source)} is not supported")
 
 
-def container_mounts(container: Mapping[str, Any], volumes: Mapping[str, Path]) -> list[dict[str, Any]]:
+def container_mounts(
+    container: Mapping[str, Any], volumes: Mapping[str, Path]
+) -> list[dict[str, Any]]:
     """The bind mounts of one container, parents before children."""
-    mounts = []
+    mounts: list[dict[str, Any]] = []
     for mount in container.get("volumeMounts") or []:
         name = str(mount["name"])
         if name not in volumes:
@@ -165,7 +191,11 @@ def container_mounts(container: Mapping[str, Any], volumes: Mapping[str, Path]) 
             if not source.exists():
                 source.mkdir(parents=True, exist_ok=True)
         mounts.append(
-            {"source": str(source), "target": str(mount["mountPath"]), "read_only": bool(mount.get("readOnly", False))}
+            {
+                "source": str(source),
+                "target": str(mount["mountPath"]),
+                "read_only": bool(mount.get("readOnly", False)),
+            }
         )
-    mounts.sort(key=lambda m: len(Path(m["target"]).parts))
+    mounts.sort(key=lambda m: len(Path(str(m["target"])).parts))
     return mounts

@@ -58,8 +58,10 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
     handle = start_cluster(config)
     _report(
         request.config,
-        f"\nlocal cluster {config.name}: build/check {built:.1f} s, start {time.monotonic() - started:.1f} s "
-        f"(control plane {handle.info['control_plane_seconds']} s), Kubernetes {handle.info['version']}",
+        f"\nlocal cluster {config.name}: build/check {built:.1f} s, "
+        f"start {time.monotonic() - started:.1f} s "
+        f"(control plane {handle.info['control_plane_seconds']} s), "
+        f"Kubernetes {handle.info['version']}",
     )
     try:
         yield handle

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from cluster_helpers import log_contains, python_pod
 from elasticjob_localcluster import LocalCluster
+from elasticjob_localcluster.testing import log_contains, python_pod
 
 pytestmark = pytest.mark.e2e
 
@@ -15,7 +15,8 @@ import json, os, ssl, sys, urllib.error, urllib.request
 sa = '/var/run/secrets/kubernetes.io/serviceaccount/'
 ns = open(sa + 'namespace').read()
 ctx = ssl.create_default_context(cafile=sa + 'ca.crt')
-base = 'https://%s:%s' % (os.environ['KUBERNETES_SERVICE_HOST'], os.environ['KUBERNETES_SERVICE_PORT'])
+host, port = os.environ['KUBERNETES_SERVICE_HOST'], os.environ['KUBERNETES_SERVICE_PORT']
+base = 'https://%s:%s' % (host, port)
 out = {}
 for what in ('pods', 'secrets'):
     req = urllib.request.Request(base + '/api/v1/namespaces/%s/%s' % (ns, what),
@@ -28,15 +29,27 @@ print(json.dumps(out))
 """
 
 
-def test_service_account_gets_only_what_its_role_grants(cluster: LocalCluster, namespace: str) -> None:
+def test_service_account_gets_only_what_its_role_grants(
+    cluster: LocalCluster, namespace: str
+) -> None:
     cluster.kubectl("create", "serviceaccount", "reader", "-n", namespace)
-    cluster.kubectl("create", "role", "pod-reader", "--verb=get,list,watch", "--resource=pods", "-n", namespace)
     cluster.kubectl(
-        "create", "rolebinding", "reader", "--role=pod-reader", f"--serviceaccount={namespace}:reader", "-n", namespace
+        "create", "role", "pod-reader", "--verb=get,list,watch", "--resource=pods", "-n", namespace
+    )
+    cluster.kubectl(
+        "create", "rolebinding", "reader", "--role=pod-reader",
+        f"--serviceaccount={namespace}:reader", "-n", namespace,
     )  # fmt: skip
     subject = f"system:serviceaccount:{namespace}:reader"
-    assert cluster.kubectl("auth", "can-i", "list", "pods", "-n", namespace, f"--as={subject}").stdout.strip() == "yes"
-    denied = cluster.kubectl("auth", "can-i", "list", "secrets", "-n", namespace, f"--as={subject}", check=False)
+    assert (
+        cluster.kubectl(
+            "auth", "can-i", "list", "pods", "-n", namespace, f"--as={subject}"
+        ).stdout.strip()
+        == "yes"
+    )
+    denied = cluster.kubectl(
+        "auth", "can-i", "list", "secrets", "-n", namespace, f"--as={subject}", check=False
+    )
     assert denied.stdout.strip() == "no"
 
     pod = python_pod("caller", CALL_API, extra_spec={"serviceAccountName": "reader"})

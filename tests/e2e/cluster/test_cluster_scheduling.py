@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from functools import partial
 from typing import Any
 
 import pytest
-from cluster_helpers import python_pod
 from elasticjob_localcluster import LocalCluster
+from elasticjob_localcluster.testing import log_contains, python_pod
 
 pytestmark = pytest.mark.e2e
 
@@ -39,8 +40,16 @@ def test_deployment_pods_are_scheduled_and_run(cluster: LocalCluster, namespace:
                             "name": "main",
                             "image": "unused",
                             "command": ["python", "-u", "-c"],
-                            "args": ["import os, time; print('hello from', os.environ['NODE']); time.sleep(3600)"],
-                            "env": [{"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+                            "args": [
+                                "import os, time; print('hello from', os.environ['NODE']); "
+                                "time.sleep(3600)"
+                            ],
+                            "env": [
+                                {
+                                    "name": "NODE",
+                                    "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}},
+                                }
+                            ],
                             # Each pod needs more than half a node's GPUs: one pod per node.
                             "resources": {"limits": {"nvidia.com/gpu": str(gpus // 2 + 1)}},
                         }
@@ -63,7 +72,9 @@ def test_deployment_pods_are_scheduled_and_run(cluster: LocalCluster, namespace:
         assert pod["status"]["hostIP"] == cluster.info["gateway"]
         assert pod["status"]["containerStatuses"][0]["ready"] is True
         expected = f"hello from {pod['spec']['nodeName']}"
-        cluster.wait_for(f"log of {name}", lambda n=name, e=expected: e in cluster.pod_logs(namespace, n))
+        cluster.wait_for(
+            f"log of {name}", partial(log_contains, cluster, namespace, name, expected)
+        )
         assert expected in cluster.kubectl("logs", name, "-n", namespace).stdout
 
 

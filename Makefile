@@ -23,6 +23,7 @@ lint: setup
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
 	.venv/bin/mypy
+	PYTHONPATH=agent:operator .venv/bin/lint-imports
 
 fmt: setup
 	.venv/bin/ruff format .

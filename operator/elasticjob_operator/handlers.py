@@ -25,6 +25,15 @@ from .spec import SpecError
 
 log = logging.getLogger(__name__)
 
+class _QuietWakeups(logging.Filter):
+    """Drop kopf's per-event success line of ``job_changed`` (it fires on every status write)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Handler 'job_changed' succeeded")
+
+
+logging.getLogger("kopf.objects").addFilter(_QuietWakeups())
+
 _wakeups: dict[tuple[str, str], asyncio.Event] = {}
 """Per job (namespace, name): set when something it owns changed, so its loop runs at once."""
 

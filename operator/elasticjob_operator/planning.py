@@ -663,6 +663,9 @@ def _summarize(draft: _Draft, spec: JobSpec, observed: Observed, now: float) -> 
     replicas = sum(1 for p in current.values() if not p.terminal and not p.deleting)
     if in_round:
         phase, reason, message = Phase.RUNNING, "Running", f"round {top_round}, world size {world}"
+    elif status.phase is Phase.RUNNING and not waiting:
+        # Agents finishing (Stopping, Succeeded) or not answering for a moment: no news.
+        phase, reason, message = Phase.RUNNING, status.reason, status.message
     elif status.phase in (Phase.RUNNING, Phase.RESTARTING):
         phase, reason, message = Phase.RESTARTING, "Restarting", "the worker group is re-forming"
     else:

@@ -1,0 +1,277 @@
+"""Fixtures of the operator's end-to-end tests: the CRD, the chart's RBAC, the operator process.
+
+The operator runs as a host process (the local cluster's pods are host processes too) with a
+kubeconfig whose identity is the chart's ServiceAccount, bound by the chart's own RBAC template in
+namespaced mode: every API call the operator makes in these tests is one that RBAC allows, or the
+test fails on the log line saying it was forbidden.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from elasticjob_localcluster import LocalCluster
+
+REPO = Path(__file__).resolve().parents[3]
+RELEASE = "ejop"
+SYSTEM_NS = "ejop-system"
+SERVICE_ACCOUNT = f"{RELEASE}-elasticjob-operator"
+POOL = [f"ejop-{i}" for i in range(1, 25)]
+"""Namespaces the operator watches; each test takes the next one."""
+
+pytestmark = pytest.mark.e2e
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class OperatorProcess:
+    """``elasticjob-operator`` as a child process, restartable and killable like a pod."""
+
+    def __init__(self, kubeconfig: Path, namespaces: list[str], log_dir: Path) -> None:
+        self.kubeconfig = kubeconfig
+        self.namespaces = namespaces
+        self.log_dir = log_dir
+        self.metrics_port = free_port()
+        self.health_port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    @property
+    def log_path(self) -> Path:
+        return self.log_dir / f"operator-{self.starts}.log"
+
+    def start(self) -> None:
+        self.starts += 1
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(self.kubeconfig),
+            "ELASTICJOB_METRICS_PORT": str(self.metrics_port),
+            "ELASTICJOB_HEALTH_PORT": str(self.health_port),
+            "PYTHONUNBUFFERED": "1",
+        }
+        env.pop("KUBERNETES_SERVICE_HOST", None)
+        args = [str(REPO / ".venv" / "bin" / "elasticjob-operator")]
+        args += [f"--namespace={ns}" for ns in self.namespaces]
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
+        self.wait_healthy()
+
+    def wait_healthy(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise AssertionError(f"operator exited {self.proc.returncode}:\n{self.logs()}")
+            try:
+                with urllib.request.urlopen(
+                    f"http://127.0.0.1:{self.health_port}/healthz", timeout=2
+                ) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.5)
+        raise AssertionError(f"operator not healthy after {timeout} s:\n{self.logs()}")
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(sig)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics") as r:
+            return str(r.read().decode())
+
+    def logs(self) -> str:
+        return "\n".join(
+            p.read_text(errors="replace") for p in sorted(self.log_dir.glob("operator-*.log"))
+        )
+
+    def forbidden(self) -> list[str]:
+        return [line for line in self.logs().splitlines() if "403" in line or "orbidden" in line]
+
+
+def _sa_kubeconfig(cluster: LocalCluster, path: Path) -> Path:
+    token = cluster.kubectl(
+        "create", "token", SERVICE_ACCOUNT, "-n", SYSTEM_NS, "--duration=6h"
+    ).stdout.strip()
+    admin = yaml.safe_load(cluster.kubeconfig.read_text())
+    server = admin["clusters"][0]["cluster"]
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "local", "cluster": server}],
+        "users": [{"name": "operator", "user": {"token": token}}],
+        "contexts": [{"name": "operator", "context": {"cluster": "local", "user": "operator"}}],
+        "current-context": "operator",
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.fixture(scope="session")
+def operator(
+    cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    """The operator, watching the POOL namespaces, as the chart's ServiceAccount."""
+    work = tmp_path_factory.mktemp("operator")
+    cluster.kubectl("apply", "-f", str(REPO / "crds" / "elasticjob.yaml"))
+    cluster.kubectl(
+        "wait", "--for=condition=Established", "crd/elasticjobs.elasticjob.dev", "--timeout=60s"
+    )
+    existing = set(cluster.kubectl("get", "ns", "-o", "name").stdout.split())
+    for ns in [SYSTEM_NS, *POOL]:
+        if f"namespace/{ns}" not in existing:
+            cluster.kubectl("create", "namespace", ns)
+    values = ["--set", "watchNamespaces={" + ",".join(POOL) + "}"]
+    rendered = cluster.helm(
+        "template", RELEASE, str(REPO / "charts" / "elasticjob-operator"),
+        "--namespace", SYSTEM_NS, *values,
+        "--show-only", "templates/rbac.yaml", "--show-only", "templates/serviceaccount.yaml",
+    ).stdout  # fmt: skip
+    cluster.kubectl("apply", "-f", "-", input=rendered)
+    proc = OperatorProcess(_sa_kubeconfig(cluster, work / "operator.kubeconfig"), POOL, work)
+    proc.start()
+    try:
+        yield proc
+    finally:
+        proc.kill(signal.SIGTERM)
+        for ns in POOL:
+            cluster.kubectl("delete", "ej", "--all", "-n", ns, "--wait=false", check=False)
+
+
+_next = iter(POOL)
+
+
+@pytest.fixture
+def ns(cluster: LocalCluster, operator: OperatorProcess) -> Iterator[str]:
+    """A namespace the operator watches, to this test alone; its jobs are deleted afterwards."""
+    name = next(_next)
+    yield name
+    cluster.kubectl("delete", "ej", "--all", "-n", name, "--wait=false", check=False)
+    forbidden = operator.forbidden()
+    assert not forbidden, "the operator hit RBAC denials:\n" + "\n".join(forbidden[:10])
+
+
+# -- helpers -------------------------------------------------------------------------------------
+
+
+def job_manifest(name: str, **spec: Any) -> dict[str, Any]:
+    """A small CPU job of examples/train.py; ``spec`` entries override the defaults."""
+    args = spec.pop("args", ["--steps", "40", "--step-sleep", "0.1"])
+    body: dict[str, Any] = {
+        "replicas": 2,
+        "minNodes": 1,
+        "maxNodes": 3,
+        "device": "cpu",
+        "nprocPerNode": 1,
+        "maxRestarts": 3,
+        "stallTimeoutSeconds": 120,
+        "rendezvous": {"lastCallTimeoutSeconds": 2, "heartbeatSeconds": 3},
+        "template": {
+            "spec": {
+                "containers": [
+                    {
+                        "name": "trainer",
+                        "image": "ghcr.io/elasticjob/training-example:0.1.0",
+                        "command": ["python", "examples/train.py"],
+                        "args": [*args, "--checkpoint-dir", "/ckpt"],
+                        "volumeMounts": [{"name": "ckpt", "mountPath": "/ckpt"}],
+                    }
+                ],
+                "volumes": [
+                    {
+                        "name": "ckpt",
+                        "hostPath": {
+                            "path": f"/tmp/elasticjob-e2e-ckpt/{name}-{time.time_ns()}",
+                            "type": "DirectoryOrCreate",
+                        },
+                    }
+                ],
+            }
+        },
+    }
+    body.update(spec)
+    return {
+        "apiVersion": "elasticjob.dev/v1alpha1",
+        "kind": "ElasticJob",
+        "metadata": {"name": name},
+        "spec": body,
+    }
+
+
+def get_job(cluster: LocalCluster, ns: str, name: str) -> dict[str, Any]:
+    return dict(json.loads(cluster.kubectl("get", "ej", name, "-n", ns, "-o", "json").stdout))
+
+
+def wait_job(
+    cluster: LocalCluster,
+    ns: str,
+    name: str,
+    what: str,
+    predicate: Callable[[dict[str, Any]], bool],
+    *,
+    timeout: float = 180,
+) -> dict[str, Any]:
+    """Poll the job until ``predicate(job)``; fail with its last status otherwise."""
+    deadline = time.monotonic() + timeout
+    job: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        job = get_job(cluster, ns, name)
+        if predicate(job):
+            return job
+        time.sleep(1)
+    raise AssertionError(
+        f"{ns}/{name}: not {what} after {timeout} s; status:\n"
+        + json.dumps(job.get("status"), indent=1)
+    )
+
+
+def phase(job: dict[str, Any]) -> str:
+    return str((job.get("status") or {}).get("phase", ""))
+
+
+def condition(job: dict[str, Any], type_: str) -> dict[str, Any]:
+    for cond in (job.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == type_:
+            return dict(cond)
+    return {}
+
+
+def by_reason(job: dict[str, Any]) -> dict[str, int]:
+    return dict(((job.get("status") or {}).get("restarts") or {}).get("byReason") or {})
+
+
+def pods(cluster: LocalCluster, ns: str, role: str = "worker") -> list[dict[str, Any]]:
+    out = cluster.kubectl(
+        "get", "pods", "-n", ns, "-l", f"elasticjob.dev/role={role}", "-o", "json"
+    ).stdout
+    return list(json.loads(out)["items"])
+
+
+def agent_status(cluster: LocalCluster, ns: str, pod: str) -> dict[str, Any] | None:
+    try:
+        ip = cluster.pod_ip(ns, pod)
+        with urllib.request.urlopen(f"http://{ip}:29401/status", timeout=2) as r:
+            return dict(json.loads(r.read()))
+    except (OSError, ValueError, RuntimeError):
+        return None

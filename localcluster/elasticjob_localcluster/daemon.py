@@ -71,9 +71,31 @@ def serve(config: ClusterConfig) -> int:
             cp.stop()
         network.delete_bridge(subnet)
         shutil.rmtree(etcd_data_dir(config), ignore_errors=True)
+        if not network.other_slots_in_use(subnet.slot):
+            # Only the last cluster to stop may remove them: rmdir detaches the mounts that
+            # other clusters' pods hold on the same paths.
+            remove_created_mount_points(network.created_mount_points_file())
         (state / "control.sock").unlink(missing_ok=True)
         slot_lock.close()
         log.info("cluster %s stopped", config.name)
+
+
+def remove_created_mount_points(record: Path) -> None:
+    """Remove the empty mount points pods made on the host, deepest first; keep anything that
+    has content or is still a mount point (another cluster may use it)."""
+    try:
+        paths = {Path(line) for line in record.read_text().splitlines() if line.strip()}
+    except OSError:
+        return
+    for path in sorted(paths, key=lambda p: len(p.parts), reverse=True):
+        with contextlib.suppress(OSError):
+            if path.is_mount():
+                continue
+            if path.is_dir():
+                path.rmdir()
+            elif path.is_file() and path.stat().st_size == 0:
+                path.unlink()
+    record.unlink(missing_ok=True)
 
 
 async def _run(

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from .config import cache_dir
+
 MAX_SLOTS = 55
 
 
@@ -86,6 +88,26 @@ def acquire_slot(lock_dir: Path) -> tuple[Subnet, IO[str]]:
             continue
         return Subnet(slot), handle
     raise NetworkError(f"all {MAX_SLOTS} cluster slots are in use: stop some clusters first")
+
+
+def created_mount_points_file() -> Path:
+    """Where pods record the mount points they had to create on the host (all clusters)."""
+    return cache_dir() / "cluster" / "created-mount-points"
+
+
+def other_slots_in_use(own: int) -> bool:
+    """Whether a cluster other than slot ``own`` runs on this machine now."""
+    lock_dir = created_mount_points_file().parent / "slots"
+    for slot in range(MAX_SLOTS):
+        lock = lock_dir / f"slot-{slot}.lock"
+        if slot == own or not lock.exists():
+            continue
+        with lock.open("a+") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+    return False
 
 
 def remove_slot_leftovers(subnet: Subnet) -> None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import network
 from .kubeapi import STRATEGIC, ApiError
+from .network import created_mount_points_file
 from .podenv import PodConfigError, PodContext, container_argv, container_env
 from .podstatus import (
     ContainerView,
@@ -277,6 +278,7 @@ class PodWorker:
                     "mounts": mounts,
                     "pid_file": str(pid_file),
                     "parent_pid": os.getpid(),
+                    "created_file": str(created_mount_points_file()),
                 }
             )
         )

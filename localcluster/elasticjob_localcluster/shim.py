@@ -85,14 +85,22 @@ def _kill_leftovers() -> None:
 def _setup(spec: dict[str, Any]) -> None:
     hostname = str(spec["hostname"])
     socket.sethostname(hostname)
+    created: list[str] = []
     for mount in spec["mounts"]:
         source, target = str(mount["source"]), str(mount["target"])
-        if Path(source).is_dir():
-            Path(target).mkdir(parents=True, exist_ok=True)
-        elif not Path(target).exists():
-            Path(target).parent.mkdir(parents=True, exist_ok=True)
-            Path(target).touch()
+        if not Path(target).exists():
+            # Mount points missing on the host are made there (the cluster removes them at stop).
+            missing = [p for p in [Path(target), *Path(target).parents] if not p.exists()]
+            created.extend(str(p) for p in missing)
+            if Path(source).is_dir():
+                Path(target).mkdir(parents=True, exist_ok=True)
+            else:
+                Path(target).parent.mkdir(parents=True, exist_ok=True)
+                Path(target).touch()
         _mount(source, target, bool(mount.get("read_only", False)))
+    if created and spec.get("created_file"):
+        with open(spec["created_file"], "a") as record:
+            record.write("".join(f"{path}\n" for path in created))
 
 
 def main() -> int:

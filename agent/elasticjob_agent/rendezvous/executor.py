@@ -9,6 +9,7 @@ no polling loop, only a fallback re-check every ``recheck_interval`` (one read).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -29,6 +30,7 @@ from elasticjob_agent.etcd.client import (
 from elasticjob_agent.rendezvous.errors import (
     RendezvousClosedError,
     RendezvousConnectionError,
+    RendezvousStateError,
     RendezvousTimeoutError,
 )
 from elasticjob_agent.rendezvous.state import (
@@ -66,6 +68,7 @@ class Outcome:
     world_size: int
     revision: int
     members_end: bytes
+    """End of the key range of the members' joined keys (see ``Membership``)."""
 
 
 class Executor:
@@ -80,7 +83,9 @@ class Executor:
         *,
         etcd_timeout: float,
         clock: Callable[[], float] = time.time,
+        recheck_interval: float = 5.0,
     ) -> None:
+        self._recheck = recheck_interval
         self.client = client
         self.keys = keys
         self.node = node
@@ -326,6 +331,60 @@ class Executor:
                 )
             current, act = snap, action
             snap = await self.call(partial(self.step, current, act, ctx), ctx.join_deadline)
+
+    async def bootstrap(
+        self, outcome: Outcome, publish: tuple[str, int] | None, deadline: float
+    ) -> tuple[str, int] | None:
+        """Agree on the round's master address: rank 0 ``publish``es ``(addr, port)`` in the
+        round's store; everyone reads it back. Returns ``None`` if a member of the round is lost
+        first (its joined key vanished): the caller re-rendezvouses instead of waiting for an
+        address that will never come. ``RendezvousTimeoutError`` after ``deadline``.
+        """
+        p = outcome.round
+        store = self.keys.store_prefix(p)
+        addr_key, port_key = store + b"MASTER_ADDR", store + b"MASTER_PORT"
+        joined = self.keys.joined_prefix(p)
+        if publish is not None:
+            await self.client.txn(
+                [],
+                [op_put(addr_key, publish[0].encode()), op_put(port_key, str(publish[1]).encode())],
+            )
+        prefix = self.keys.round_prefix(p)
+        while True:
+            response = await self.client.txn(
+                [],
+                [
+                    op_range(addr_key),
+                    op_range(port_key),
+                    op_range(joined, outcome.members_end, count_only=True),
+                ],
+            )
+            addr, port, alive = (r.response_range for r in response.responses)
+            if addr.kvs and port.kvs:
+                try:
+                    return bytes(addr.kvs[0].value).decode(), int(port.kvs[0].value)
+                except ValueError as exc:
+                    raise RendezvousStateError(
+                        f"corrupt master address in {store.decode()!r}: {exc}"
+                    ) from exc
+            if int(alive.count) < outcome.world_size:
+                log.warning(
+                    "member of round %d lost before the master address was published (node=%s)",
+                    p,
+                    self.node,
+                )
+                return None
+            left = deadline - self.clock()
+            if left <= 0:
+                raise RendezvousTimeoutError(
+                    f"rank 0 of round {p} did not publish the master address in time"
+                )
+            revision = int(response.header.revision)
+            async with self.client.watch(
+                prefix, prefix_end(prefix), start_revision=revision + 1
+            ) as watch:
+                with contextlib.suppress(TimeoutError):
+                    await watch.next(min(left, self._recheck))
 
     async def _leave_round(self, p: int) -> None:
         """Best effort: drop our joined and wait-list keys (on a timeout)."""

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 import math
+import socket
 import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from functools import partial
 
 from torch.distributed.elastic.rendezvous.api import (
     RendezvousHandler,
@@ -24,6 +26,13 @@ from elasticjob_agent.rendezvous.store import EtcdStore
 from elasticjob_agent.rendezvous.wire import RendezvousKeys, decode_int, encode
 
 log = logging.getLogger(__name__)
+
+
+def free_port() -> int:
+    """A TCP port that is free on every local address right now (for the round's master)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("", 0))
+        return int(sock.getsockname()[1])
 
 
 class EtcdRendezvousHandler(RendezvousHandler):
@@ -50,6 +59,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
             self._session.lease,
             etcd_timeout=config.etcd_timeout,
             clock=clock,
+            recheck_interval=config.heartbeat,
         )
         self._clock = clock
         self._lock = threading.Lock()
@@ -84,25 +94,41 @@ class EtcdRendezvousHandler(RendezvousHandler):
         cfg = self.config
         start = self._clock()
         with self._lock:
-            previous = self._outcome
-            ctx = Context(
-                min_nodes=cfg.min_nodes,
-                max_nodes=cfg.max_nodes,
-                last_call_timeout=cfg.last_call_timeout,
-                join_deadline=start + cfg.join_timeout,
-                recheck_interval=cfg.heartbeat,
-                member_of=previous.round if previous is not None else None,
-            )
-            guess = previous.round if previous is not None else 0
-            outcome = self._session.run(self._executor.next_rendezvous(ctx, guess))
-            self._outcome = outcome
+            while True:
+                previous = self._outcome
+                ctx = Context(
+                    min_nodes=cfg.min_nodes,
+                    max_nodes=cfg.max_nodes,
+                    last_call_timeout=cfg.last_call_timeout,
+                    join_deadline=start + cfg.join_timeout,
+                    recheck_interval=cfg.heartbeat,
+                    member_of=previous.round if previous is not None else None,
+                )
+                guess = previous.round if previous is not None else 0
+                outcome = self._session.run(self._executor.next_rendezvous(ctx, guess))
+                self._outcome = outcome
+                publish = (
+                    (cfg.local_addr or socket.getfqdn(), free_port()) if outcome.rank == 0 else None
+                )
+                master = self._session.run(
+                    self._executor.call(
+                        partial(self._executor.bootstrap, outcome, publish, ctx.join_deadline),
+                        ctx.join_deadline,
+                    )
+                )
+                if master is not None:
+                    break
+                # A member died before rank 0 published its address: form a new round.
         log.info(
-            "rendezvous complete: run_id=%s round=%d node=%s rank=%d world_size=%d in %.3fs",
+            "rendezvous complete: run_id=%s round=%d node=%s rank=%d world_size=%d "
+            "master=%s:%d in %.3fs",
             cfg.run_id,
             outcome.round,
             cfg.node_id,
             outcome.rank,
             outcome.world_size,
+            master[0],
+            master[1],
             self._clock() - start,
         )
         store = EtcdStore(
@@ -110,7 +136,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
             self._keys.store_prefix(outcome.round),
             timedelta(seconds=cfg.join_timeout),
         )
-        bootstrap = RendezvousStoreInfo.build(outcome.rank, store, cfg.local_addr)
+        bootstrap = RendezvousStoreInfo(master_addr=master[0], master_port=master[1])
         return RendezvousInfo(store, outcome.rank, outcome.world_size, bootstrap)
 
     def is_closed(self) -> bool:

@@ -54,6 +54,7 @@ class LeaseKeeper:
         self._id = None
 
     async def _keep_alive(self) -> None:
+        failing = False
         while True:
             await asyncio.sleep(self.ttl / 3)
             lease = self._id
@@ -62,12 +63,17 @@ class LeaseKeeper:
             try:
                 await self._client.keepalive(lease)
                 self.refreshes += 1
+                failing = False
             except LeaseNotFoundError:
                 log.warning("lease %x expired; a new one is granted on the next request", lease)
                 if self._id == lease:
                     self._id = None
             except RendezvousConnectionError as exc:
-                log.warning("lease %x keep-alive failed: %s", lease, exc)
+                # Once per outage: the health report carries the rest.
+                (log.debug if failing else log.warning)(
+                    "lease %x keep-alive failed: %s", lease, exc
+                )
+                failing = True
 
     async def revoke(self) -> None:
         """Revoke the lease now: every key on it (joined, waiting) is deleted at once."""

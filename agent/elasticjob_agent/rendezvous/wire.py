@@ -64,6 +64,9 @@ class RendezvousKeys:
     def complete(self, p: int) -> bytes:
         return self._b(f"ctl/complete/{p}")
 
+    def round_prefix(self, p: int) -> bytes:
+        return self._b(f"rounds/{p}/")
+
     def joined_prefix(self, p: int) -> bytes:
         return self._b(f"rounds/{p}/joined/")
 

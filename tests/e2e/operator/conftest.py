@@ -246,6 +246,11 @@ def wait_job(
     )
 
 
+def st(job: dict[str, Any]) -> dict[str, Any]:
+    """The job's status, empty until the operator wrote one."""
+    return dict(job.get("status") or {})
+
+
 def phase(job: dict[str, Any]) -> str:
     return str((job.get("status") or {}).get("phase", ""))
 

@@ -21,6 +21,7 @@ from tests.e2e.operator.conftest import (
     job_manifest,
     phase,
     pods,
+    st,
     wait_job,
 )
 
@@ -33,7 +34,7 @@ DETECT_WITHIN = 15.0
 def _start(cluster: LocalCluster, ns: str, name: str, **spec: Any) -> dict[str, Any]:
     spec.setdefault("args", ["--steps", "150", "--step-sleep", "0.2", "--checkpoint-every", "5"])
     cluster.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(job_manifest(name, **spec)))
-    return wait_job(cluster, ns, name, "Running", lambda j: j["status"].get("readyNodes") == 2)
+    return wait_job(cluster, ns, name, "Running", lambda j: st(j).get("readyNodes") == 2)
 
 
 def _wait_progress(cluster: LocalCluster, ns: str, pod: str, step: int = 10) -> None:

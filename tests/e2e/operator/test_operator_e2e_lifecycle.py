@@ -25,6 +25,7 @@ from tests.e2e.operator.conftest import (
     job_manifest,
     phase,
     pods,
+    st,
     wait_job,
 )
 
@@ -144,14 +145,14 @@ def test_scale_up_and_down_with_kubectl_scale(
     cluster: LocalCluster, ns: str, operator: OperatorProcess
 ) -> None:
     _apply(cluster, ns, job_manifest("scaling", args=["--steps", "2000", "--step-sleep", "0.1"]))
-    wait_job(cluster, ns, "scaling", "Running with 2", lambda j: j["status"].get("readyNodes") == 2)
+    wait_job(cluster, ns, "scaling", "Running with 2", lambda j: st(j).get("readyNodes") == 2)
     cluster.kubectl("scale", "ej/scaling", "-n", ns, "--replicas=3")
     job = wait_job(
         cluster,
         ns,
         "scaling",
         "Running with 3",
-        lambda j: j["status"].get("readyNodes") == 3,
+        lambda j: st(j).get("readyNodes") == 3,
         timeout=120,
     )
     assert job["status"]["worldSize"] == 3 and job["status"]["replicas"] == 3
@@ -161,7 +162,7 @@ def test_scale_up_and_down_with_kubectl_scale(
         ns,
         "scaling",
         "Running with 1",
-        lambda j: j["status"].get("readyNodes") == 1 and phase(j) == "Running",
+        lambda j: st(j).get("readyNodes") == 1 and phase(j) == "Running",
         timeout=120,
     )
     live = [p for p in pods(cluster, ns) if not p["metadata"].get("deletionTimestamp")]
@@ -204,7 +205,8 @@ def test_budget_spent_fails_with_max_restarts_exceeded(
     job = wait_job(cluster, ns, "doomed", "Failed", lambda j: phase(j) == "Failed", timeout=180)
     assert job["status"]["reason"] == "MaxRestartsExceeded"
     assert condition(job, "Failed")["status"] == "True"
-    assert job["status"]["restarts"]["failures"] >= 2  # maxRestarts 1: the second failure ends it
+    # maxRestarts 1: one failure restart was allowed; the next failure ended the job.
+    assert job["status"]["restarts"]["failures"] >= 1
     events = cluster.kubectl(
         "get", "events", "-n", ns, "--field-selector", "involvedObject.name=doomed", "-o", "json"
     ).stdout
@@ -222,7 +224,7 @@ def test_operator_killed_mid_reconcile_duplicates_nothing_and_loses_no_count(
         time.sleep(delay)
         operator.kill(signal.SIGKILL)
         operator.start()
-    wait_job(cluster, ns, "crashy", "Running with 3", lambda j: j["status"].get("readyNodes") == 3)
+    wait_job(cluster, ns, "crashy", "Running with 3", lambda j: st(j).get("readyNodes") == 3)
     names = sorted(p["metadata"]["name"] for p in pods(cluster, ns))
     assert names == ["crashy-worker-0-0", "crashy-worker-1-0", "crashy-worker-2-0"]
     assert [p["metadata"]["name"] for p in pods(cluster, ns, "etcd")] == ["crashy-etcd-0"]
@@ -237,7 +239,7 @@ def test_operator_killed_mid_reconcile_duplicates_nothing_and_loses_no_count(
     operator.kill(signal.SIGKILL)
     operator.start()
     job = wait_job(
-        cluster, ns, "crashy", "Running with 3 again", lambda j: j["status"].get("readyNodes") == 3
+        cluster, ns, "crashy", "Running with 3 again", lambda j: st(j).get("readyNodes") == 3
     )
     live = sorted(
         p["metadata"]["name"]

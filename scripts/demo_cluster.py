@@ -19,11 +19,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
+
+import yaml
 
 if TYPE_CHECKING:
     from elasticjob_localcluster import LocalCluster
@@ -35,6 +38,23 @@ OPERATOR_NAMESPACE = "elasticjob-system"
 
 JOB_LABEL = "elasticjob.dev/job-name"
 ROLE_LABEL = "elasticjob.dev/role"
+
+
+def with_steps(args: Sequence[str], steps: int) -> list[str]:
+    """``args`` with ``--steps N`` (or ``--steps=N``) set to ``steps``, appended if absent."""
+    out: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+            continue
+        if arg == "--steps":
+            skip = True
+            continue
+        if arg.startswith("--steps="):
+            continue
+        out.append(str(arg))
+    return [*out, "--steps", str(steps)]
 
 
 class DemoError(RuntimeError):
@@ -155,6 +175,9 @@ class Scenario:
     poll: float = 1.0
     observer: Observer | None = None
     helm_values: dict[str, str] = field(default_factory=dict)
+    steps: int | None = None
+    """Override the trainer's ``--steps`` (the example's default is over before a fault lands)."""
+    workdir: Path = field(default_factory=lambda: Path(tempfile.gettempdir()) / "elasticjob-demo")
     out: Callable[[str], None] = print
     timeline: Timeline = field(init=False)
     job: str = field(init=False, default="")
@@ -178,17 +201,41 @@ class Scenario:
         )  # fmt: skip
         self.out("    operator is up")
 
-    def apply_job(self) -> str:
-        docs = self.ops.kubectl(
-            "apply", "-n", self.namespace, "-f", str(self.manifest), "-o", "json"
-        )
-        applied = json.loads(docs)
-        items = applied.get("items", [applied])
-        jobs = [i for i in items if i.get("kind") == "ElasticJob"]
+    def prepared_manifest(self) -> Path:
+        """The manifest as applied: ``--steps`` set to ``self.steps`` (long enough for both
+        faults) and every hostPath made unique to this run, so no checkpoint of an earlier run
+        makes the job finish at once."""
+        docs = [d for d in yaml.safe_load_all(self.manifest.read_text()) if d]
+        jobs = [d for d in docs if d.get("kind") == "ElasticJob"]
         if len(jobs) != 1:
             raise DemoError(f"{self.manifest} must hold exactly one ElasticJob, found {len(jobs)}")
-        self.job = str(jobs[0]["metadata"]["name"])
-        self.out(f"==> kubectl apply -f {self.manifest}: ElasticJob {self.namespace}/{self.job}")
+        spec = jobs[0]["spec"]["template"]["spec"]
+        if self.steps is not None:
+            for container in spec["containers"]:
+                container["args"] = with_steps(container.get("args", []), self.steps)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        for volume in spec.get("volumes", []):
+            if "hostPath" in volume:
+                volume["hostPath"]["path"] = f"{volume['hostPath']['path'].rstrip('/')}-{stamp}"
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        path = self.workdir / f"{self.manifest.stem}-{stamp}.yaml"
+        path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+        return path
+
+    def apply_job(self) -> str:
+        path = self.prepared_manifest()
+        job = yaml.safe_load(path.read_text())["metadata"]["name"]
+        # A finished job of the same name from an earlier run would answer every wait at once.
+        self.ops.kubectl(
+            "delete", "elasticjob", job, "-n", self.namespace, "--ignore-not-found", "--wait=true",
+            "--timeout=120s",
+        )  # fmt: skip
+        self.ops.kubectl("apply", "-n", self.namespace, "-f", str(path))
+        self.job = str(job)
+        steps = f" (--steps {self.steps})" if self.steps is not None else ""
+        self.out(
+            f"==> kubectl apply -f {self.manifest.name}{steps}: ElasticJob {self.namespace}/{job}"
+        )
         return self.job
 
     def read(self) -> tuple[JobView, list[PodView]]:
@@ -230,13 +277,16 @@ class Scenario:
                 raise DemoError(f"timed out after {timeout:.0f}s waiting for {what}; last: {view}")
             time.sleep(self.poll)
 
-    def training(self, min_round: int = 1) -> Callable[[JobView, list[PodView]], bool]:
+    def training(self, after_round: int = -1) -> Callable[[JobView, list[PodView]], bool]:
+        """Running with a formed group in a round after ``after_round`` (rounds start at 0)."""
+
         def done(view: JobView, pods: list[PodView]) -> bool:
-            return view.phase == "Running" and view.world_size > 0 and view.round >= min_round
+            return view.phase == "Running" and view.world_size > 0 and view.round > after_round
 
         return done
 
-    def kill_worker(self) -> None:
+    def kill_worker(self) -> int:
+        """Kill one worker's trainer container; return the round it was killed in."""
         view, pods = self.read()
         workers = sorted(p.name for p in pods if p.role == "worker" and p.phase == "Running")
         if not workers:
@@ -250,6 +300,7 @@ class Scenario:
             timeout=min(self.timeout, 300),
         )
         self.timeline.note(None, "job-wide failure restart counted")
+        return view.round
 
     def etcd_outage(self, hold: float = 15.0) -> None:
         view, pods = self.read()
@@ -274,8 +325,8 @@ class Scenario:
             try:
                 self.ops.restore_pod(self.namespace, etcd[0])
                 self.timeline.note(None, f"restore: {etcd[0]} back on the network")
-            except Exception as exc:  # the operator may already have replaced the pod
-                self.timeline.note(None, f"restore: {etcd[0]} not restored ({exc})")
+            except Exception:  # the operator replaced the pod: nothing is left to reconnect
+                self.timeline.note(None, f"restore: {etcd[0]} is gone (the operator replaced it)")
         self.wait_for(
             "the stall to clear", lambda v, _: v.stalled is None, timeout=min(self.timeout, 300)
         )
@@ -287,8 +338,9 @@ class Scenario:
         self.timeline.header()
         self.wait_for("the job to train", self.training(), self.timeout)
         if inject:
-            self.kill_worker()
-            self.wait_for("training to resume", self.training(), self.timeout)
+            killed_in = self.kill_worker()
+            self.wait_for("training to resume", self.training(after_round=killed_in), self.timeout)
+            self.timeline.note(None, "training resumed from the last checkpoint")
             self.etcd_outage()
         final = self.wait_for("Succeeded", lambda v, _: v.phase == "Succeeded", self.timeout)
         self.timeline.note(final, "job Succeeded")
@@ -350,6 +402,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--namespace", default="default")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per wait")
     parser.add_argument(
+        "--steps",
+        type=int,
+        default=900,
+        help="training steps (default 900, about 90 s, room for both faults); 0: as written",
+    )
+    parser.add_argument(
         "--no-faults", action="store_true", help="run the job without injecting failures"
     )
     args = parser.parse_args(argv)
@@ -370,6 +428,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         manifest=args.manifest,
         namespace=args.namespace,
         timeout=args.timeout,
+        steps=args.steps or None,
     )
     try:
         final = scenario.run(inject=not args.no_faults)

@@ -70,6 +70,7 @@ def test_every_dashboard_query_returns_data(cluster: LocalCluster, tmp_path: Pat
             manifest=REPO / "examples" / "elasticjob.yaml",
             namespace="default",
             observer=follow,
+            steps=900,
         )
         final = scenario.run(inject=True)
         assert final.phase == "Succeeded"

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from scripts.demo_cluster import HEADER, JobView, Timeline, format_row
+from scripts.demo_cluster import HEADER, JobView, Timeline, format_row, with_steps
 
 RUNNING: dict[str, Any] = {
     "spec": {"replicas": 2},
@@ -60,3 +60,15 @@ def test_timeline_prints_only_changes() -> None:
     assert lines[0].split()[1:6] == ["Running", "2/2", "0", "3", "4"]
     assert lines[1].endswith("inject: kill")
     assert format_row(HEADER).startswith("time")
+
+
+@pytest.mark.parametrize(
+    "args,expected",
+    [
+        ([], ["--steps", "7"]),
+        (["--steps", "60", "--step-sleep", "0.1"], ["--step-sleep", "0.1", "--steps", "7"]),
+        (["--steps=60", "-v"], ["-v", "--steps", "7"]),
+    ],
+)
+def test_with_steps(args: list[str], expected: list[str]) -> None:
+    assert with_steps(args, 7) == expected

@@ -76,6 +76,7 @@ def serve(config: ClusterConfig) -> int:
             # other clusters' pods hold on the same paths.
             remove_created_mount_points(network.created_mount_points_file())
         (state / "control.sock").unlink(missing_ok=True)
+        shutil.rmtree(state / "records", ignore_errors=True)
         slot_lock.close()
         log.info("cluster %s stopped", config.name)
 

@@ -135,8 +135,12 @@ class PodWorker:
                 if c.state == RunState.CREATING:
                     c.state, c.message = RunState.CONFIG_ERROR, str(err)
             self.em.event(self.pod, "Warning", "Failed", f"Error: {err}")
-        except Exception:
+        except Exception as err:
+            # A bug or an unexpected API answer: make it visible in the pod, not only in our log.
             log.exception("pod %s/%s failed in the emulator", self.namespace, self.name)
+            for c in self.inits + self.containers:
+                if c.state == RunState.CREATING:
+                    c.state, c.message = RunState.CONFIG_ERROR, f"node emulator error: {err}"
         finally:
             self.mark_dirty()
 
@@ -475,13 +479,18 @@ class PodWorker:
             await self.dirty.wait()
             await asyncio.sleep(0.05)  # coalesce bursts of changes into one write
             self.dirty.clear()
-            await self._patch_status(self.build_status())
+            if not await self._patch_status(self.build_status()):
+                # The API server was busy or unreachable: try again shortly.
+                await asyncio.sleep(1.0)
+                self.dirty.set()
 
     async def flush_status(self) -> None:
         self.dirty.clear()
         await self._patch_status(self.build_status())
 
-    async def _patch_status(self, status: dict[str, Any]) -> None:
+    async def _patch_status(self, status: dict[str, Any]) -> bool:
+        """Write ``status``; False if it should be retried (True also when the pod is gone)."""
+        written = True
         try:
             await self.em.api.request(
                 "PATCH",
@@ -492,9 +501,12 @@ class PodWorker:
         except ApiError as err:
             if err.status != 404:
                 log.warning("status of %s/%s: %s", self.namespace, self.name, err)
-        except Exception as err:  # transient connection trouble: the next change retries
+                written = err.status < 500 and err.status != 429
+        except Exception as err:
             log.warning("status of %s/%s: %s", self.namespace, self.name, err)
+            written = False
         self.write_record()
+        return written
 
     def write_record(self) -> None:
         """The pod's record for test helpers: ``<state>/records/<ns>/<name>.json``."""

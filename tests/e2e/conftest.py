@@ -25,7 +25,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _report(config: pytest.Config, line: str) -> None:
     reporter = config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
+    capture = config.pluginmanager.get_plugin("capturemanager")
+    if reporter is None:
+        return
+    if capture is None:
+        reporter.write_line(line)
+        return
+    # Fixture output is captured; this line is for the person (or CI log) watching the run.
+    with capture.global_and_fixture_disabled():
         reporter.write_line(line)
 
 

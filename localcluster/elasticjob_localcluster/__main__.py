@@ -30,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpus-per-node", type=int, default=4)
     parser.add_argument("--cpu-per-node", default="8")
     parser.add_argument("--memory-per-node", default="32Gi")
+    parser.add_argument("--owner-pid", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument(
         "--previous", action="store_true", help="logs: the run before the last restart"
     )
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.basicConfig(
             level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s"
         )
-        return serve(config)
+        return serve(config, owner_pid=args.owner_pid)
     try:
         if args.command == "up":
             cluster = connect(config) or start_cluster(config)

@@ -38,8 +38,9 @@ def etcd_data_dir(config: ClusterConfig) -> Path:
     return base / f"elasticjob-{config.name}-etcd"
 
 
-def serve(config: ClusterConfig) -> int:
-    """Run the cluster until SIGTERM/SIGINT; returns the process exit code."""
+def serve(config: ClusterConfig, owner_pid: int = 0) -> int:
+    """Run the cluster until SIGTERM/SIGINT (or until process ``owner_pid``, if given, is gone);
+    returns the process exit code."""
     started = time.monotonic()
     state = config.state_dir
     state.mkdir(parents=True, exist_ok=True)
@@ -59,7 +60,16 @@ def serve(config: ClusterConfig) -> int:
         cp = start_control_plane(state, subnet.gateway, etcd_data_dir(config))
         control_plane_s = time.monotonic() - started
         log.info("control plane ready in %.1f s", control_plane_s)
-        asyncio.run(_run(config, cp, subnet, started, control_plane_s))
+        asyncio.run(
+            _run(
+                config,
+                cp,
+                subnet=subnet,
+                started=started,
+                cp_s=control_plane_s,
+                owner_pid=owner_pid,
+            )
+        )
         return 0
     except KeyboardInterrupt:
         return 0
@@ -81,6 +91,16 @@ def serve(config: ClusterConfig) -> int:
         log.info("cluster %s stopped", config.name)
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def remove_created_mount_points(record: Path) -> None:
     """Remove the empty mount points pods made on the host, deepest first; keep anything that
     has content or is still a mount point (another cluster may use it)."""
@@ -100,7 +120,13 @@ def remove_created_mount_points(record: Path) -> None:
 
 
 async def _run(
-    config: ClusterConfig, cp: ControlPlane, subnet: network.Subnet, started: float, cp_s: float
+    config: ClusterConfig,
+    cp: ControlPlane,
+    *,
+    subnet: network.Subnet,
+    started: float,
+    cp_s: float,
+    owner_pid: int,
 ) -> None:
     state = config.state_dir
     ca_pem = cp.pki.ca_cert.read_text()
@@ -156,6 +182,9 @@ async def _run(
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stopping.wait(), 1)
                 cp.check_alive()
+                if owner_pid and not _alive(owner_pid):
+                    log.info("owner process %d is gone: stopping", owner_pid)
+                    stopping.set()
             server.close()
         finally:
             try:

@@ -314,9 +314,11 @@ def connect(config: ClusterConfig) -> LocalCluster | None:
     return LocalCluster(config, info) if info else None
 
 
-def start_cluster(config: ClusterConfig, timeout: float = 180) -> LocalCluster:
+def start_cluster(config: ClusterConfig, timeout: float = 180, owned: bool = False) -> LocalCluster:
     """Start the cluster process in the background and wait until every node is Ready.
 
+    ``owned``: the cluster stops by itself when this process ends (even if it is killed), as
+    the pytest fixture wants; otherwise it runs until :func:`stop_cluster` (``up``/``down``).
     Raises :class:`ClusterError` with the tail of its log when it fails or times out; whatever
     it started is stopped then.
     """
@@ -332,6 +334,8 @@ def start_cluster(config: ClusterConfig, timeout: float = 180) -> LocalCluster:
         "--nodes", str(config.nodes), "--gpus-per-node", str(config.gpus_per_node),
         "--cpu-per-node", config.cpu_per_node, "--memory-per-node", config.memory_per_node,
     ]  # fmt: skip
+    if owned:
+        args += ["--owner-pid", str(os.getpid())]
     with log_path.open("wb") as out:
         proc = subprocess.Popen(
             args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

@@ -62,7 +62,7 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
         gpus_per_node=int(os.environ.get("ELASTICJOB_E2E_GPUS_PER_NODE", "4")),
     )
     started = time.monotonic()
-    handle = start_cluster(config)
+    handle = start_cluster(config, owned=True)
     _report(
         request.config,
         f"\nlocal cluster {config.name}: build/check {built:.1f} s, "

@@ -3,7 +3,9 @@ exactly the RBAC the chart grants, in namespaced and in cluster-wide mode."""
 
 from __future__ import annotations
 
+import re
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,9 @@ from elasticjob_localcluster import LocalCluster
 from tests.unit.chart.charttools import CHART, REPO
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+_PHASE_SAMPLE = re.compile(r"^elasticjob_job_phase\{([^}]*)\}")
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 # A job that needs nothing to exist: the test only waits for the operator to take it up.
 JOB = """
@@ -63,12 +68,32 @@ def _install(cluster: LocalCluster, release: str, namespace: str, *sets: str) ->
     )  # fmt: skip
 
 
-def _operator_logs(cluster: LocalCluster, release: str, namespace: str) -> str:
+def _operator_pods(cluster: LocalCluster, release: str, namespace: str) -> list[str]:
     pods = cluster.get_json(
         "pods", "-n", namespace,
         "-l", f"app.kubernetes.io/instance={release},app.kubernetes.io/component=operator",
     )  # fmt: skip
-    return "\n".join(str(cluster.pod_logs(namespace, p["metadata"]["name"])) for p in pods["items"])
+    return [str(p["metadata"]["name"]) for p in pods["items"]]
+
+
+def _handled_jobs(cluster: LocalCluster, release: str, namespace: str) -> set[tuple[str, str]]:
+    """``(namespace, job)`` pairs in the operator's elasticjob_job_phase metric."""
+    found: set[tuple[str, str]] = set()
+    for pod in _operator_pods(cluster, release, namespace):
+        url = f"http://{cluster.pod_ip(namespace, pod)}:8080/metrics"
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            text = resp.read().decode()
+        for line in text.splitlines():
+            match = _PHASE_SAMPLE.match(line)
+            if match:
+                labels = dict(_LABEL.findall(match[1]))
+                found.add((labels.get("namespace", ""), labels.get("job", "")))
+    return found
+
+
+def _operator_logs(cluster: LocalCluster, release: str, namespace: str) -> str:
+    pods = _operator_pods(cluster, release, namespace)
+    return "\n".join(cluster.pod_logs(namespace, pod) for pod in pods)
 
 
 def test_namespaced_install_helm_test_and_rbac(cluster: LocalCluster, tmp_path: Path) -> None:
@@ -94,8 +119,19 @@ def test_namespaced_install_helm_test_and_rbac(cluster: LocalCluster, tmp_path: 
         _apply_job(cluster, "ej-team-a", tmp_path)
         _apply_job(cluster, "ej-outside", tmp_path)
         assert _wait_for_status(cluster, "ej-team-a")["phase"]
+        # Ask this operator itself (another one may run cluster-wide in a shared cluster): its
+        # metrics show the job it handles and nothing of the namespace it must not watch.
+        metrics = cluster.wait_for(
+            "the namespaced operator to report ej-team-a/rbac-probe",
+            lambda: _handled_jobs(cluster, "ej-ns", "ej-ops") & {("ej-team-a", "rbac-probe")},
+            timeout=60,
+        )
+        assert metrics
         time.sleep(5)
-        assert not _status(cluster, "ej-outside").get("phase"), "a job outside watchNamespaces ran"
+        handled = _handled_jobs(cluster, "ej-ns", "ej-ops")
+        assert not {ns for ns, _ in handled} - {"ej-team-a"}, (
+            f"handled outside its scope: {handled}"
+        )
         logs = _operator_logs(cluster, "ej-ns", "ej-ops")
         assert "Forbidden" not in logs and " 403" not in logs, logs[-3000:]
     finally:

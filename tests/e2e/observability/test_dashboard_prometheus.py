@@ -17,6 +17,7 @@ from elasticjob_localcluster import LocalCluster
 
 from scripts.demo_cluster import (
     OPERATOR_NAMESPACE,
+    RELEASE,
     ClusterAdapter,
     JobView,
     PodView,
@@ -89,3 +90,8 @@ def test_every_dashboard_query_returns_data(cluster: LocalCluster, tmp_path: Pat
         assert not empty, "queries without data:\n" + "\n".join(empty)
     finally:
         prom.stop()
+        # Leave no cluster-wide operator behind for the other tests of a shared cluster.
+        cluster.kubectl(
+            "delete", "elasticjob", "--all", "-n", "default", "--wait=false", check=False
+        )
+        cluster.helm("uninstall", RELEASE, "--namespace", OPERATOR_NAMESPACE, "--wait", check=False)

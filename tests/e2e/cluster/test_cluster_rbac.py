@@ -58,3 +58,30 @@ def test_service_account_gets_only_what_its_role_grants(
     assert log_contains(cluster, namespace, "caller", "{")
     answer = json.loads(cluster.pod_logs(namespace, "caller").strip().splitlines()[-1])
     assert answer == {"pods": 200, "secrets": 403}
+
+
+IN_CLUSTER_CLIENT = """
+import asyncio
+from kubernetes_asyncio import client, config
+
+async def main():
+    config.load_incluster_config()
+    async with client.ApiClient() as api:
+        pods = await client.CoreV1Api(api).list_namespaced_pod(open(
+            '/var/run/secrets/kubernetes.io/serviceaccount/namespace').read())
+        print('pods:', sorted(p.metadata.name for p in pods.items))
+
+asyncio.run(main())
+"""
+
+
+def test_in_cluster_client_config_works_in_pods(cluster: LocalCluster, namespace: str) -> None:
+    cluster.kubectl(
+        "create", "rolebinding", "view", "--clusterrole=view",
+        f"--serviceaccount={namespace}:default", "-n", namespace,
+    )  # fmt: skip
+    cluster.apply(python_pod("incluster", IN_CLUSTER_CLIENT), namespace)
+    pod = cluster.wait_pod_phase(namespace, "incluster", "Succeeded", "Failed")
+    logs = cluster.pod_logs(namespace, "incluster")
+    assert pod["status"]["phase"] == "Succeeded", logs
+    assert "pods: ['incluster']" in logs

@@ -160,9 +160,20 @@ class PodWorker:
         (etc / "hosts").write_text(self.em.render_hosts(self))
         self.write_record()
         self.mark_dirty()
-        self.volumes = await prepare_volumes(
-            self.em.api, self.pod, self.dir, self._context({}, {}), self.em.ca_pem
-        )
+        # Like the kubelet, keep trying to mount until what the volumes need exists.
+        while not self.stopping.is_set():
+            try:
+                self.volumes = await prepare_volumes(
+                    self.em.api, self.pod, self.dir, self._context({}, {}), self.em.ca_pem
+                )
+                for c in self.inits + self.containers:
+                    c.state, c.message = RunState.CREATING, ""
+                return
+            except PodConfigError as err:
+                for c in self.inits + self.containers:
+                    c.state, c.message = RunState.CONFIG_ERROR, str(err)
+                self.mark_dirty()
+                await self._sleep(2.0)
 
     def _context(
         self,

@@ -50,6 +50,8 @@ _CHANNEL_OPTIONS = (
     # Reconnect quickly after an outage instead of grpc's default exponential backoff to 120 s.
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1_000),
+    # One TCP connection per client, even for many clients in one process (benchmarks, tests).
+    ("grpc.use_local_subchannel_pool", 1),
 )
 
 
@@ -186,6 +188,8 @@ class EtcdClient:
         self._unreachable_since: float | None = None
         self.requests = 0
         """Number of requests sent (unary calls and watch creations), for benchmarks."""
+        self.failed_txns = 0
+        """Transactions whose compares failed (lost races), for benchmarks."""
 
     # --- connection and bookkeeping ---------------------------------------------------------
 
@@ -287,7 +291,10 @@ class EtcdClient:
         request = rpc.TxnRequest(
             compare=list(compare), success=list(success), failure=list(failure)
         )
-        return await self._unary("Txn", "_kv", request)
+        response = await self._unary("Txn", "_kv", request)
+        if not response.succeeded:
+            self.failed_txns += 1
+        return response
 
     # --- leases -----------------------------------------------------------------------------
 

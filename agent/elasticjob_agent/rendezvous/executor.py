@@ -9,7 +9,6 @@ no polling loop, only a fallback re-check every ``recheck_interval`` (one read).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -17,10 +16,13 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Protocol, TypeVar
 
+from aetcd import rpc
+
 from elasticjob_agent.etcd.client import (
     EtcdClient,
     LeaseNotFoundError,
     cmp_mod,
+    cmp_value,
     cmp_version,
     op_delete,
     op_put,
@@ -41,7 +43,13 @@ from elasticjob_agent.rendezvous.state import (
     Snapshot,
     decide,
 )
-from elasticjob_agent.rendezvous.wire import RendezvousKeys, decode_float, decode_int, encode
+from elasticjob_agent.rendezvous.wire import (
+    RendezvousKeys,
+    decode,
+    decode_float,
+    decode_int,
+    encode,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -69,6 +77,9 @@ class Outcome:
     revision: int
     members_end: bytes
     """End of the key range of the members' joined keys (see ``Membership``)."""
+    master_addr: str
+    master_port: int
+    """What rank 0 advertised when it joined: ``MASTER_ADDR``/``MASTER_PORT`` of the round."""
 
 
 class Executor:
@@ -84,8 +95,10 @@ class Executor:
         etcd_timeout: float,
         clock: Callable[[], float] = time.time,
         recheck_interval: float = 5.0,
+        advertise: Callable[[], tuple[str, int]] = lambda: ("127.0.0.1", 29500),
     ) -> None:
         self._recheck = recheck_interval
+        self._advertise = advertise
         self.client = client
         self.keys = keys
         self.node = node
@@ -93,6 +106,8 @@ class Executor:
         self.etcd_timeout = etcd_timeout
         self.clock = clock
         self._memberships: dict[tuple[int, int], Membership] = {}
+        self.joined_at: float | None = None
+        """``clock()`` when this node's last successful join committed (for benchmarks)."""
 
     # --- etcd access with bounded retries -------------------------------------------------
 
@@ -185,11 +200,12 @@ class Executor:
     async def _membership(
         self, p: int, revision: int, my_create: int, max_nodes: int
     ) -> Membership:
-        """Rank (``max_nodes`` or more: not a member) and world size of round ``p``, read at the
-        completion's revision so that every node computes the same answer.
+        """Rank (``max_nodes`` or more: not a member), world size and master address of round
+        ``p``, read at the completion's revision so that every node computes the same answer.
 
         Ranks follow the order of the joined keys (node ids): a count over a key range is exact
-        in etcd, whereas counts ignore create-revision filters.
+        in etcd, whereas counts ignore create-revision filters. The master is the address rank 0
+        advertised in its joined key. One request (two if more than ``max_nodes`` joined).
         """
         cached = self._memberships.get((p, my_create))
         if cached is not None:
@@ -197,21 +213,40 @@ class Executor:
         joined = self.keys.joined_prefix(p)
         end = prefix_end(joined)
         mine = self.keys.joined(p, self.node)
-        ops = [op_range(joined, end, count_only=True, revision=revision)]
+        ops = [
+            op_range(joined, end, count_only=True, revision=revision),
+            op_range(joined, end, revision=revision, limit=1),
+        ]
         if my_create:
             ops.append(op_range(joined, mine, count_only=True, revision=revision))
+            ops.append(op_range(mine, revision=revision, keys_only=True))
         response = await self.client.txn([], ops)
-        total = int(response.responses[0].response_range.count)
-        rank = int(response.responses[1].response_range.count) if my_create else max_nodes
+        rs = [r.response_range for r in response.responses]
+        total = int(rs[0].count)
+        rank = max_nodes
+        # Our key must have been there at the completion (not a later re-creation).
+        if my_create and rs[3].kvs and int(rs[3].kvs[0].create_revision) == my_create:
+            rank = int(rs[2].count)
+        master: tuple[str, int] | None = None
+        if rs[1].kvs:
+            first = rs[1].kvs[0]
+            data = decode(bytes(first.key), bytes(first.value))
+            addr, port = data.get("addr"), data.get("port")
+            if not isinstance(addr, str) or not isinstance(port, int):
+                raise RendezvousStateError(
+                    f"corrupt rendezvous state at {bytes(first.key).decode()!r}: "
+                    "joined key without addr/port"
+                )
+            master = (addr, port)
         world = min(total, max_nodes)
         members_end = end
         if total > max_nodes:
-            first = await self.client.range(
+            first_members = await self.client.range(
                 joined, end, revision=revision, limit=max_nodes, keys_only=True
             )
-            members_end = bytes(first.kvs[-1].key) + b"\0"
+            members_end = bytes(first_members.kvs[-1].key) + b"\0"
         membership = Membership(
-            rank=rank, world_size=world, revision=revision, members_end=members_end
+            rank=rank, world_size=world, revision=revision, members_end=members_end, master=master
         )
         self._memberships[(p, my_create)] = membership
         return membership
@@ -225,6 +260,36 @@ class Executor:
                 return snap
             pointer = response.responses[1].response_range.kvs
             guess = decode_int(self.keys.round, pointer[0].value, "round") if pointer else 0
+
+    async def join_or_read(self, guess: int, max_nodes: int) -> Snapshot:
+        """What ``decide`` would do first on a fresh call, without the read before it: join
+        round ``guess`` if it is the current round, open and not closed; either way return the
+        snapshot. Saves one round trip per node. (Not for a member of ``guess``, which must
+        bump the round instead.)"""
+        k, me = self.keys, self.node
+        pointer_is_guess = (
+            cmp_version(k.round, "==", 0)
+            if guess == 0
+            else cmp_value(k.round, "==", encode(round=guess))
+        )
+        lease = await self._lease.current()
+        addr, port = self._advertise()
+        snap = await self._act(
+            [
+                cmp_version(k.closed, "==", 0),
+                pointer_is_guess,
+                cmp_version(k.complete(guess), "==", 0),
+            ],
+            [
+                op_put(k.joined(guess, me), encode(node=me, addr=addr, port=port), lease),
+                op_delete(k.waiting(me)),
+            ],
+            guess,
+            max_nodes,
+        )
+        if snap.my_create and snap.round == guess and not snap.completed:
+            self.joined_at = self.clock()
+        return snap
 
     async def _act(
         self, compare: Sequence[Any], writes: Sequence[Any], p: int, max_nodes: int
@@ -242,16 +307,23 @@ class Executor:
         mx = ctx.max_nodes
         if action.kind is Kind.JOIN:
             lease = await self._lease.current()
-            return await self._act(
+            addr, port = self._advertise()
+            joined = await self._act(
                 [
                     cmp_version(k.closed, "==", 0),
                     cmp_mod(k.round, "==", action.fence),
                     cmp_version(k.complete(p), "==", 0),
                 ],
-                [op_put(k.joined(p, me), encode(node=me), lease), op_delete(k.waiting(me))],
+                [
+                    op_put(k.joined(p, me), encode(node=me, addr=addr, port=port), lease),
+                    op_delete(k.waiting(me)),
+                ],
                 p,
                 mx,
             )
+            if joined.my_create and not snap.my_create:
+                self.joined_at = self.clock()
+            return joined
         if action.kind is Kind.BUMP:
             return await self._act(
                 [cmp_mod(k.round, "==", action.fence), cmp_version(k.closed, "==", 0)],
@@ -290,37 +362,59 @@ class Executor:
             )
         if action.kind is Kind.WAIT:
             assert action.deadline is not None
-            await self._wait(snap.revision, action.deadline)
+            events = await self._wait(snap.revision, action.deadline)
+            completion = [
+                e for e in events if e.type == rpc.Event.PUT and bytes(e.kv.key) == k.complete(p)
+            ]
+            if completion and len(events) == 1 and not snap.waiting:
+                # The usual wake-up: our round completed. The completion txn compared the
+                # pointer and the closed flag, so the rest of the snapshot still holds; whether
+                # we are a member is read at the completion's revision.
+                kv = completion[0].kv
+                decode_int(k.complete(p), bytes(kv.value), "round")
+                membership = await self._membership(p, int(kv.mod_revision) - 1, snap.my_create, mx)
+                return replace(
+                    snap, revision=int(kv.mod_revision), completed=True, membership=membership
+                )
             return await self.read(p, mx)
         raise ValueError(f"step() cannot do {action.kind}")
 
-    async def _wait(self, revision: int, deadline: float) -> None:
-        """Until something under ``ctl/`` changes after ``revision``, or ``deadline``."""
-        timeout = max(0.0, deadline - self.clock())
-        if timeout <= 0:
-            return
+    async def _wait(self, revision: int, deadline: float) -> list[Any]:
+        """The events under ``ctl/`` after ``revision``, or ``[]`` at ``deadline``."""
+        if deadline - self.clock() <= 0:
+            return []
         ctl = self.keys.ctl
         try:
             async with self.client.watch(ctl, prefix_end(ctl), start_revision=revision + 1) as w:
                 while True:
                     timeout = deadline - self.clock()
                     if timeout <= 0:
-                        return
-                    if await w.next(timeout):
-                        return
+                        return []
+                    events = await w.next(timeout)
+                    if events:
+                        return events
         except TimeoutError:
-            return
+            return []
 
     async def next_rendezvous(self, ctx: Context, guess: int) -> Outcome:
         """Block until a round completes with this node in it; see ``decide`` for the rules."""
-        snap = await self.call(lambda: self.read(guess, ctx.max_nodes), ctx.join_deadline)
+        if ctx.member_of == guess:
+            snap = await self.call(lambda: self.read(guess, ctx.max_nodes), ctx.join_deadline)
+        else:
+            snap = await self.call(
+                lambda: self.join_or_read(guess, ctx.max_nodes), ctx.join_deadline
+            )
         while True:
             action = decide(snap, ctx, self.clock())
             log.debug("node=%s round=%d action=%s", self.node, snap.round, action.kind.value)
             if action.kind is Kind.FINISH:
                 m = snap.membership
                 assert m is not None
-                return Outcome(snap.round, m.rank, m.world_size, m.revision, m.members_end)
+                if m.master is None:
+                    raise RendezvousStateError(f"round {snap.round} has no master address")
+                return Outcome(
+                    snap.round, m.rank, m.world_size, m.revision, m.members_end, *m.master
+                )
             if action.kind is Kind.CLOSED:
                 raise RendezvousClosedError(f"rendezvous {self.keys.root!r} is closed")
             if action.kind is Kind.TIMEOUT:
@@ -331,60 +425,6 @@ class Executor:
                 )
             current, act = snap, action
             snap = await self.call(partial(self.step, current, act, ctx), ctx.join_deadline)
-
-    async def bootstrap(
-        self, outcome: Outcome, publish: tuple[str, int] | None, deadline: float
-    ) -> tuple[str, int] | None:
-        """Agree on the round's master address: rank 0 ``publish``es ``(addr, port)`` in the
-        round's store; everyone reads it back. Returns ``None`` if a member of the round is lost
-        first (its joined key vanished): the caller re-rendezvouses instead of waiting for an
-        address that will never come. ``RendezvousTimeoutError`` after ``deadline``.
-        """
-        p = outcome.round
-        store = self.keys.store_prefix(p)
-        addr_key, port_key = store + b"MASTER_ADDR", store + b"MASTER_PORT"
-        joined = self.keys.joined_prefix(p)
-        if publish is not None:
-            await self.client.txn(
-                [],
-                [op_put(addr_key, publish[0].encode()), op_put(port_key, str(publish[1]).encode())],
-            )
-        prefix = self.keys.round_prefix(p)
-        while True:
-            response = await self.client.txn(
-                [],
-                [
-                    op_range(addr_key),
-                    op_range(port_key),
-                    op_range(joined, outcome.members_end, count_only=True),
-                ],
-            )
-            addr, port, alive = (r.response_range for r in response.responses)
-            if addr.kvs and port.kvs:
-                try:
-                    return bytes(addr.kvs[0].value).decode(), int(port.kvs[0].value)
-                except ValueError as exc:
-                    raise RendezvousStateError(
-                        f"corrupt master address in {store.decode()!r}: {exc}"
-                    ) from exc
-            if int(alive.count) < outcome.world_size:
-                log.warning(
-                    "member of round %d lost before the master address was published (node=%s)",
-                    p,
-                    self.node,
-                )
-                return None
-            left = deadline - self.clock()
-            if left <= 0:
-                raise RendezvousTimeoutError(
-                    f"rank 0 of round {p} did not publish the master address in time"
-                )
-            revision = int(response.header.revision)
-            async with self.client.watch(
-                prefix, prefix_end(prefix), start_revision=revision + 1
-            ) as watch:
-                with contextlib.suppress(TimeoutError):
-                    await watch.next(min(left, self._recheck))
 
     async def _leave_round(self, p: int) -> None:
         """Best effort: drop our joined and wait-list keys (on a timeout)."""

@@ -9,7 +9,6 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
-from functools import partial
 
 from torch.distributed.elastic.rendezvous.api import (
     RendezvousHandler,
@@ -60,6 +59,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
             etcd_timeout=config.etcd_timeout,
             clock=clock,
             recheck_interval=config.heartbeat,
+            advertise=lambda: (config.local_addr or socket.getfqdn(), free_port()),
         )
         self._clock = clock
         self._lock = threading.Lock()
@@ -94,31 +94,19 @@ class EtcdRendezvousHandler(RendezvousHandler):
         cfg = self.config
         start = self._clock()
         with self._lock:
-            while True:
-                previous = self._outcome
-                ctx = Context(
-                    min_nodes=cfg.min_nodes,
-                    max_nodes=cfg.max_nodes,
-                    last_call_timeout=cfg.last_call_timeout,
-                    join_deadline=start + cfg.join_timeout,
-                    recheck_interval=cfg.heartbeat,
-                    member_of=previous.round if previous is not None else None,
-                )
-                guess = previous.round if previous is not None else 0
-                outcome = self._session.run(self._executor.next_rendezvous(ctx, guess))
-                self._outcome = outcome
-                publish = (
-                    (cfg.local_addr or socket.getfqdn(), free_port()) if outcome.rank == 0 else None
-                )
-                master = self._session.run(
-                    self._executor.call(
-                        partial(self._executor.bootstrap, outcome, publish, ctx.join_deadline),
-                        ctx.join_deadline,
-                    )
-                )
-                if master is not None:
-                    break
-                # A member died before rank 0 published its address: form a new round.
+            previous = self._outcome
+            ctx = Context(
+                min_nodes=cfg.min_nodes,
+                max_nodes=cfg.max_nodes,
+                last_call_timeout=cfg.last_call_timeout,
+                join_deadline=start + cfg.join_timeout,
+                recheck_interval=cfg.heartbeat,
+                member_of=previous.round if previous is not None else None,
+            )
+            guess = previous.round if previous is not None else 0
+            outcome = self._session.run(self._executor.next_rendezvous(ctx, guess))
+            self._outcome = outcome
+        master = (outcome.master_addr, outcome.master_port)
         log.info(
             "rendezvous complete: run_id=%s round=%d node=%s rank=%d world_size=%d "
             "master=%s:%d in %.3fs",
@@ -136,6 +124,10 @@ class EtcdRendezvousHandler(RendezvousHandler):
             self._keys.store_prefix(outcome.round),
             timedelta(seconds=cfg.join_timeout),
         )
+        if outcome.rank == 0:
+            # For tools that read the store like torch's RendezvousStoreInfo.build() does.
+            store.set(RendezvousStoreInfo.MASTER_ADDR_KEY, master[0])
+            store.set(RendezvousStoreInfo.MASTER_PORT_KEY, str(master[1]))
         bootstrap = RendezvousStoreInfo(master_addr=master[0], master_port=master[1])
         return RendezvousInfo(store, outcome.rank, outcome.world_size, bootstrap)
 

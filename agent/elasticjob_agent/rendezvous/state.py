@@ -34,6 +34,8 @@ class Membership:
     members_end: bytes
     """End of the key range of the members' joined keys: the members are the round's joined
     keys below it (in key order), as of ``revision``."""
+    master: tuple[str, int] | None = None
+    """The address rank 0 advertised in its joined key (the round's ``MASTER_ADDR/PORT``)."""
 
 
 @dataclass(frozen=True)

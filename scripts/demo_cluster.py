@@ -130,7 +130,7 @@ class JobView:
 
 
 HEADER = ("time", "phase", "nodes", "waiting", "round", "world", "restarts", "stalled", "event")
-WIDTHS = (7, 11, 6, 8, 6, 6, 28, 16, 0)
+WIDTHS = (7, 11, 6, 8, 6, 6, 44, 16, 0)
 
 
 def format_row(cells: Sequence[str]) -> str:
@@ -350,7 +350,7 @@ class Scenario:
         events = self.ops.kubectl(
             "get", "events", "-n", self.namespace,
             "--field-selector", f"involvedObject.kind=ElasticJob,involvedObject.name={self.job}",
-            "--sort-by", ".lastTimestamp",
+            "--sort-by", ".metadata.creationTimestamp",
             "-o", "custom-columns=TYPE:.type,REASON:.reason,MESSAGE:.message",
         )  # fmt: skip
         restarts = ", ".join(f"{k}: {v}" for k, v in sorted(final.restarts.items())) or "none"

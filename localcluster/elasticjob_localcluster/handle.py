@@ -236,8 +236,12 @@ class LocalCluster:
         self, namespace: str, pod: str, container: str | None = None, previous: bool = False
     ) -> str:
         """The container's log (``previous``: the run before the last restart), read from the
-        file the emulator writes; ``kubectl logs`` serves the same file."""
-        record = self._record(namespace, pod)
+        file the emulator writes; ``kubectl logs`` serves the same file. ``""`` while the pod is
+        not running on a virtual node (not yet started, or already gone)."""
+        try:
+            record = self._record(namespace, pod)
+        except ClusterError:
+            return ""
         containers = record["containers"]
         name = container or next((n for n, c in containers.items() if not c.get("init")), None)
         if name not in containers:

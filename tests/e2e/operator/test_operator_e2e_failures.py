@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 from typing import Any
@@ -37,23 +38,26 @@ def _start(cluster: LocalCluster, ns: str, name: str, **spec: Any) -> dict[str, 
     return wait_job(cluster, ns, name, "Running", lambda j: st(j).get("readyNodes") == 2)
 
 
-def _wait_progress(cluster: LocalCluster, ns: str, pod: str, step: int = 10) -> None:
+_CHECKPOINT = re.compile(r"checkpoint step=(\d+)")
+_RESUMED = re.compile(r"resumed from step=(\d+)")
+
+
+def _wait_progress(cluster: LocalCluster, ns: str, step: int = 10) -> None:
+    """Wait until rank 0 (on whichever pod) wrote a checkpoint at ``step`` or later."""
+
+    def logs() -> str:
+        return "".join(cluster.pod_logs(ns, p["metadata"]["name"]) for p in pods(cluster, ns))
+
     cluster.wait_for(
-        f"{pod} past step {step}",
-        lambda: any(
-            line.startswith("checkpoint step=") and int(line.split("=")[1]) >= step
-            for line in cluster.pod_logs(ns, pod).splitlines()
-        ),
+        f"a checkpoint at step {step}",
+        lambda: any(int(m.group(1)) >= step for m in _CHECKPOINT.finditer(logs())),
         timeout=120,
     )
 
 
 def _resumed(cluster: LocalCluster, ns: str) -> bool:
     logs = "".join(cluster.pod_logs(ns, p["metadata"]["name"]) for p in pods(cluster, ns))
-    return any(
-        line.startswith("resumed from step=") and int(line.split("=")[1]) > 0
-        for line in logs.splitlines()
-    )
+    return any(int(m.group(1)) > 0 for m in _RESUMED.finditer(logs))
 
 
 def _events(cluster: LocalCluster, ns: str, name: str) -> list[dict[str, Any]]:
@@ -67,7 +71,7 @@ def test_killed_worker_process_is_one_failure_restart_and_training_resumes(
     cluster: LocalCluster, ns: str, operator: OperatorProcess
 ) -> None:
     _start(cluster, ns, "killproc")
-    _wait_progress(cluster, ns, "killproc-worker-0-0")
+    _wait_progress(cluster, ns)
     status = agent_status(cluster, ns, "killproc-worker-0-0")
     assert status is not None
     os.kill(status["workers"][0]["pid"], signal.SIGKILL)  # pods are host processes here
@@ -91,7 +95,7 @@ def test_deleted_worker_pod_is_replaced_and_counted_once_as_preemption(
     cluster: LocalCluster, ns: str, operator: OperatorProcess
 ) -> None:
     _start(cluster, ns, "delpod")
-    _wait_progress(cluster, ns, "delpod-worker-1-0")
+    _wait_progress(cluster, ns)
     cluster.kubectl("delete", "pod", "delpod-worker-1-0", "-n", ns, "--wait=false")
     job = wait_job(
         cluster, ns, "delpod", "Succeeded", lambda j: phase(j) == "Succeeded", timeout=300
@@ -110,7 +114,7 @@ def test_lost_node_is_recovered_and_counted_once(
     cluster: LocalCluster, ns: str, operator: OperatorProcess
 ) -> None:
     _start(cluster, ns, "nodeloss")
-    _wait_progress(cluster, ns, "nodeloss-worker-1-0")
+    _wait_progress(cluster, ns)
     victim = cluster.get_json("pod", "nodeloss-worker-1-0", "-n", ns)["spec"]["nodeName"]
     others = {
         p["spec"]["nodeName"]
@@ -127,8 +131,10 @@ def test_lost_node_is_recovered_and_counted_once(
     finally:
         cluster.restore_node(victim)
     reasons = by_reason(job)
-    # The agents saw a member vanish (failure); the operator did not count the pod again.
-    assert reasons.get("failure") == 1 and reasons.get("pod-lost", 0) == 0, reasons
+    # The lost agent's group restart was counted once by the agents (as a failure, or as a
+    # preemption when the dying node's agent got to leave); the operator added nothing.
+    assert reasons.get("failure", 0) + reasons.get("preemption", 0) == 1, reasons
+    assert reasons.get("pod-lost", 0) == 0 and reasons.get("pod-failure", 0) == 0, reasons
     assert _resumed(cluster, ns)
     replaced = [
         e["message"] for e in _events(cluster, ns, "nodeloss") if e["reason"] == "WorkerReplaced"
@@ -161,7 +167,7 @@ def test_etcd_process_killed_is_stalled_within_15s_then_recreated(
     cluster: LocalCluster, ns: str, operator: OperatorProcess
 ) -> None:
     _start(cluster, ns, "etcdkill")
-    _wait_progress(cluster, ns, "etcdkill-worker-0-0")
+    _wait_progress(cluster, ns)
     etcd = _etcd_pod(cluster, ns)
     began = time.monotonic()
     cluster.kill_container(ns, etcd, signal.SIGKILL)
@@ -176,7 +182,7 @@ def test_etcd_cut_off_the_network_is_stalled_within_15s_then_recreated(
     cluster: LocalCluster, ns: str, operator: OperatorProcess
 ) -> None:
     _start(cluster, ns, "etcdcut")
-    _wait_progress(cluster, ns, "etcdcut-worker-0-0")
+    _wait_progress(cluster, ns)
     etcd = _etcd_pod(cluster, ns)
     began = time.monotonic()
     cluster.cut_pod(ns, etcd)
@@ -255,7 +261,7 @@ def test_unrecoverable_external_etcd_fails_after_the_stall_timeout_with_every_po
         stallTimeoutSeconds=20,
         etcd={"mode": "External", "endpoints": [endpoint]},
     )
-    _wait_progress(cluster, ns, "external-worker-0-0", 5)
+    _wait_progress(cluster, ns, 5)
     began = time.monotonic()
     cluster.cut_pod(ns, "shared-etcd")  # the operator cannot recreate an etcd it does not own
     try:

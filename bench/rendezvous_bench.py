@@ -109,7 +109,9 @@ def _ours(case: Case, nodes: list[str], ready: Connection, start: Any) -> list[N
     async def main() -> list[NodeResult]:
         clients = [EtcdClient(case.endpoint, request_timeout=60) for _ in nodes]
         leases = [LeaseKeeper(c, 10) for c in clients]
-        # Connected and holding a lease before the start signal, like an agent that is up.
+        # Connected (watch stream open) and holding a lease before the start signal, like an
+        # agent that is up.
+        await asyncio.gather(*(c.prepare() for c in clients))
         await asyncio.gather(*(lease.current() for lease in leases))
         executors = [
             Executor(c, keys, node, lease, etcd_timeout=60, recheck_interval=5)

@@ -184,6 +184,7 @@ class EtcdClient:
         self._kv: Any = None
         self._lease: Any = None
         self._watch: Any = None
+        self._stream: _WatchStream | None = None
         self._last_contact: float | None = None
         self._unreachable_since: float | None = None
         self.requests = 0
@@ -217,9 +218,24 @@ class EtcdClient:
         self._last_contact = self._clock()
         self._unreachable_since = None
 
+    def _watch_stream(self) -> _WatchStream:
+        """The shared watch stream, opened on first use and after a failure."""
+        if self._stream is None or not self._stream.alive:
+            self._stream = _WatchStream(self)
+        return self._stream
+
+    async def prepare(self) -> None:
+        """Connect and open the watch stream now rather than on first use (agents and
+        benchmarks call this before they need to be fast)."""
+        await self.range(b"\0")
+        self._watch_stream()
+
     def _failed(self) -> None:
         if self._unreachable_since is None:
             self._unreachable_since = self._clock()
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            stream.close()
         # Drop the channel: the next call resolves the (next) endpoint's name again.
         channel, self._channel = self._channel, None
         self._index = (self._index + 1) % len(self.endpoints)
@@ -251,6 +267,9 @@ class EtcdClient:
         return response
 
     async def close(self) -> None:
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            stream.close()
         channel, self._channel = self._channel, None
         if channel is not None:
             await channel.close()
@@ -364,9 +383,99 @@ class EtcdClient:
             delay = min(delay * 2, 1.0)
 
 
+class _WatchStream:
+    """One bidirectional gRPC watch stream carrying many watchers (routed by watch id), as
+    etcd's own clients do: creating a watcher is then one message, not a new stream."""
+
+    def __init__(self, client: EtcdClient) -> None:
+        self._client = client
+        client._ensure_channel()
+        self._call: Any = client._watch.Watch()
+        self._queues: dict[int, asyncio.Queue[Any]] = {}
+        self._created: dict[int, asyncio.Future[Any]] = {}
+        self._next_id = 1
+        self.error: Exception | None = None
+        self._reader = asyncio.get_running_loop().create_task(self._read())
+
+    @property
+    def alive(self) -> bool:
+        return self.error is None and not self._reader.done()
+
+    async def _read(self) -> None:
+        try:
+            while True:
+                response = await self._call.read()
+                if response is grpc.aio.EOF:
+                    raise RendezvousConnectionError("etcd closed the watch stream")
+                wid = int(response.watch_id)
+                if response.created:
+                    future = self._created.pop(wid, None)
+                    if future is not None and not future.done():
+                        future.set_result(response)
+                    if not response.events:
+                        continue
+                queue = self._queues.get(wid)
+                if queue is not None:
+                    queue.put_nowait(response)
+        except asyncio.CancelledError:
+            raise
+        except grpc.aio.AioRpcError as exc:
+            self._fail(self._client._map_error(exc))
+        except Exception as exc:
+            self._client._failed()
+            self._fail(exc)
+
+    def _fail(self, error: Exception) -> None:
+        self.error = error
+        for future in self._created.values():
+            if not future.done():
+                future.set_exception(error)
+        self._created.clear()
+        for queue in self._queues.values():
+            queue.put_nowait(error)
+
+    async def add(self, create: Any) -> tuple[int, asyncio.Queue[Any]]:
+        wid = self._next_id
+        self._next_id += 1
+        create.watch_id = wid
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._created[wid] = future
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._queues[wid] = queue
+        try:
+            await self._call.write(rpc.WatchRequest(create_request=create))
+            created = await asyncio.wait_for(future, self._client.request_timeout)
+        except TimeoutError as exc:
+            self._queues.pop(wid, None)
+            self._client._failed()
+            self.close()
+            raise RendezvousConnectionError("etcd did not create the watch in time") from exc
+        except grpc.aio.AioRpcError as exc:
+            self._queues.pop(wid, None)
+            raise self._client._map_error(exc) from exc
+        except BaseException:
+            self._queues.pop(wid, None)
+            raise
+        if created.compact_revision:
+            self._queues.pop(wid, None)
+            raise EtcdRequestError("Watch", f"revision compacted at {created.compact_revision}")
+        return wid, queue
+
+    async def cancel(self, wid: int) -> None:
+        if self._queues.pop(wid, None) is None or not self.alive:
+            return
+        with contextlib.suppress(grpc.aio.AioRpcError, grpc.aio.UsageError):
+            request = rpc.WatchRequest(cancel_request=rpc.WatchCancelRequest(watch_id=wid))
+            await self._call.write(request)
+
+    def close(self) -> None:
+        self._reader.cancel()
+        self._call.cancel()
+
+
 class Watch:
-    """One gRPC watch stream with one watcher. ``next(timeout)`` returns the next batch of
-    events (a list, possibly empty for a progress notification) or raises ``TimeoutError``."""
+    """One watcher on the client's shared watch stream. ``next(within)`` returns the events of
+    the next response (a list) or raises ``TimeoutError``."""
 
     def __init__(
         self,
@@ -379,51 +488,33 @@ class Watch:
         no_put: bool,
     ) -> None:
         self._client = client
-        self._request = rpc.WatchRequest(
-            create_request=rpc.WatchCreateRequest(
-                key=key,
-                range_end=range_end,
-                start_revision=start_revision,
-                prev_kv=prev_kv,
-                filters=[rpc.WatchCreateRequest.NOPUT] if no_put else [],
-            )
+        self._create = rpc.WatchCreateRequest(
+            key=key,
+            range_end=range_end,
+            start_revision=start_revision,
+            prev_kv=prev_kv,
+            filters=[rpc.WatchCreateRequest.NOPUT] if no_put else [],
         )
-        self._call: Any = None
+        self._stream: _WatchStream | None = None
+        self._id = 0
+        self._queue: asyncio.Queue[Any] | None = None
 
     async def __aenter__(self) -> Watch:
         client = self._client
-        client._ensure_channel()
         client.requests += 1
-        self._call = client._watch.Watch()
-        try:
-            await asyncio.wait_for(self._call.write(self._request), client.request_timeout)
-            created = await asyncio.wait_for(self._call.read(), client.request_timeout)
-        except TimeoutError as exc:
-            self._call.cancel()
-            client._failed()
-            raise RendezvousConnectionError("etcd did not create the watch in time") from exc
-        except grpc.aio.AioRpcError as exc:
-            self._call.cancel()
-            raise client._map_error(exc) from exc
-        if created is grpc.aio.EOF or not created.created:
-            self._call.cancel()
-            client._failed()
-            raise RendezvousConnectionError("etcd closed the watch stream at creation")
-        if created.compact_revision:
-            self._call.cancel()
-            raise EtcdRequestError("Watch", f"revision compacted at {created.compact_revision}")
+        self._stream = client._watch_stream()
+        self._id, self._queue = await self._stream.add(self._create)
         client._contact()
         return self
 
     async def next(self, within: float | None) -> list[Any]:
         """The events of the next response; ``TimeoutError`` if none arrives ``within`` s."""
-        try:
-            response = await asyncio.wait_for(self._call.read(), within)
-        except grpc.aio.AioRpcError as exc:
-            raise self._client._map_error(exc) from exc
-        if response is grpc.aio.EOF or response.canceled:
-            self._client._failed()
-            raise RendezvousConnectionError("etcd closed the watch stream")
+        assert self._queue is not None
+        response = await asyncio.wait_for(self._queue.get(), within)
+        if isinstance(response, Exception):
+            raise response
+        if response.canceled:
+            raise RendezvousConnectionError(f"etcd canceled the watch: {response.cancel_reason}")
         if response.compact_revision:
             raise EtcdRequestError("Watch", f"revision compacted at {response.compact_revision}")
         self._client._contact()
@@ -432,5 +523,5 @@ class Watch:
     async def __aexit__(
         self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if self._call is not None:
-            self._call.cancel()
+        if self._stream is not None and self._id:
+            await self._stream.cancel(self._id)

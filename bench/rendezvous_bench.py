@@ -119,7 +119,7 @@ def _ours(case: Case, nodes: list[str], ready: Connection, start: Any) -> list[N
         ]
         before = [c.requests for c in clients]
         ready.send("ready")
-        await asyncio.get_running_loop().run_in_executor(None, start.wait)
+        await asyncio.get_running_loop().run_in_executor(None, _wait_start, start)
 
         async def one(ex: Executor) -> tuple[float, float | None]:
             now = time.time()
@@ -206,6 +206,8 @@ def _torch(case: Case, nodes: list[str], ready: Connection, start: Any) -> list[
     results: list[NodeResult | None] = [None] * len(nodes)
 
     def run(i: int) -> None:
+        if i == 0:
+            _wait_start(start)
         start.wait()
         try:
             handlers[i].next_rendezvous()
@@ -230,7 +232,7 @@ def _torch(case: Case, nodes: list[str], ready: Connection, start: Any) -> list[
         r.failed_cas = c.failed
         out.append(r)
     # torch's shutdown() closes the rendezvous: only once every worker is done.
-    ready.send(out)
+    ready.send((out, _cpu() - _START_CPU[0]))
     if ready.recv() != "cleanup":
         raise RuntimeError("expected cleanup")
     for h in handlers:
@@ -239,6 +241,20 @@ def _torch(case: Case, nodes: list[str], ready: Connection, start: Any) -> list[
     for session in sessions:
         session.close()
     return out
+
+
+_START_CPU = [0.0]
+
+
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _wait_start(start: Any) -> None:
+    """Wait for the start signal; CPU use is counted from here."""
+    start.wait()
+    _START_CPU[0] = _cpu()
 
 
 def worker(conn: Connection, start: Any) -> None:
@@ -252,11 +268,11 @@ def worker(conn: Connection, start: Any) -> None:
         try:
             results = fn(case, nodes, conn, start)
             if case.candidate == "ours":
-                conn.send(results)
+                conn.send((results, _cpu() - _START_CPU[0]))
                 conn.recv()
         except Exception as exc:  # report, keep the pool alive
             conn.send("ready")
-            conn.send([NodeResult(time.time(), None, 0, 0, repr(exc)) for _ in nodes])
+            conn.send(([NodeResult(time.time(), None, 0, 0, repr(exc)) for _ in nodes], 0.0))
             conn.recv()
         conn.send("clean")
 
@@ -318,6 +334,19 @@ class Row:
     failed_cas: int
     errors: int
     first_error: str | None
+    client_cpu: float
+    """CPU seconds of the worker processes from the start signal to their last node."""
+    etcd_cpu: float
+    """CPU seconds etcd used in the same window."""
+
+
+ETCD_PID = [0]
+
+
+def etcd_cpu() -> float:
+    """CPU seconds etcd has used so far (utime + stime from /proc)."""
+    fields = Path(f"/proc/{ETCD_PID[0]}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def run_case(case: Case, pool: list[tuple[Any, Connection]], start: Any) -> Row:
@@ -340,11 +369,16 @@ def run_case(case: Case, pool: list[tuple[Any, Connection]], start: Any) -> Row:
         if conn.recv() != "ready":
             raise RuntimeError("worker not ready")
     time.sleep(0.2)
+    server_before = etcd_cpu()
     t0 = time.time()
     start.set()
     results: list[NodeResult] = []
+    cpu = 0.0
     for conn, _ in active:
-        results.extend(conn.recv())
+        part, part_cpu = conn.recv()
+        results.extend(part)
+        cpu += part_cpu
+    server_cpu = etcd_cpu() - server_before if case.candidate != "torch-c10d" else 0.0
     for conn, _ in active:
         conn.send("cleanup")
     for conn, _ in active:
@@ -362,6 +396,8 @@ def run_case(case: Case, pool: list[tuple[Any, Connection]], start: Any) -> Row:
         failed_cas=sum(r.failed_cas for r in results),
         errors=len(errors),
         first_error=errors[0] if errors else None,
+        client_cpu=cpu,
+        etcd_cpu=server_cpu,
     )
 
 
@@ -387,6 +423,7 @@ def main() -> int:
         proc.start()
         pool.append((proc, parent))
     etcd = Etcd()
+    ETCD_PID[0] = etcd.proc.pid
     rows: list[Row] = []
     try:
         for scenario in args.scenarios.split(","):
@@ -424,15 +461,16 @@ def _format(row: Row) -> str:
     return (
         f"{c.candidate:14s} {c.scenario:9s} N={c.n:5d} total={row.total:7.3f}s "
         f"after-last-join={alj} req/node={row.requests_per_node:6.1f} "
-        f"failed-cas={row.failed_cas}{err}"
+        f"failed-cas={row.failed_cas} cpu(clients)={row.client_cpu:.2f}s "
+        f"cpu(etcd)={row.etcd_cpu:.2f}s{err}"
     )
 
 
 def _table(rows: list[Row]) -> str:
     lines = [
         "| scenario | N | candidate | total (s) | last join -> last return (s) "
-        "| requests/node | failed CAS | errors | torch / ours |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| requests/node | failed CAS | errors | CPU s clients | CPU s etcd | torch / ours |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     ours = {(r.case.scenario, r.case.n): r.total for r in rows if r.case.candidate == "ours"}
     for r in rows:
@@ -442,7 +480,8 @@ def _table(rows: list[Row]) -> str:
         alj = f"{r.after_last_join:.3f}" if r.after_last_join is not None else "-"
         lines.append(
             f"| {c.scenario} | {c.n} | {c.candidate} | {r.total:.3f} | {alj} "
-            f"| {r.requests_per_node:.1f} | {r.failed_cas} | {r.errors} | {ratio} |"
+            f"| {r.requests_per_node:.1f} | {r.failed_cas} | {r.errors} "
+            f"| {r.client_cpu:.2f} | {r.etcd_cpu:.2f} | {ratio} |"
         )
     return "\n".join(lines)
 

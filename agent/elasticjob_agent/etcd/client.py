@@ -185,6 +185,8 @@ class EtcdClient:
         self._lease: Any = None
         self._watch: Any = None
         self._stream: _WatchStream | None = None
+        self._keepalive_call: Any = None
+        self._keepalive_lock = asyncio.Lock()
         self._last_contact: float | None = None
         self._unreachable_since: float | None = None
         self.requests = 0
@@ -236,6 +238,9 @@ class EtcdClient:
         stream, self._stream = self._stream, None
         if stream is not None:
             stream.close()
+        keepalive, self._keepalive_call = self._keepalive_call, None
+        if keepalive is not None:
+            keepalive.cancel()
         # Drop the channel: the next call resolves the (next) endpoint's name again.
         channel, self._channel = self._channel, None
         self._index = (self._index + 1) % len(self.endpoints)
@@ -270,6 +275,9 @@ class EtcdClient:
         stream, self._stream = self._stream, None
         if stream is not None:
             stream.close()
+        keepalive, self._keepalive_call = self._keepalive_call, None
+        if keepalive is not None:
+            keepalive.cancel()
         channel, self._channel = self._channel, None
         if channel is not None:
             await channel.close()
@@ -324,20 +332,29 @@ class EtcdClient:
         return int(response.ID)
 
     async def keepalive(self, lease: int) -> int:
-        """Refresh ``lease`` once; return its new TTL. ``LeaseNotFoundError`` if it is gone."""
+        """Refresh ``lease`` once; return its new TTL. ``LeaseNotFoundError`` if it is gone.
+
+        Uses one long-lived keep-alive stream per client (one message per refresh)."""
         self._ensure_channel()
         self.requests += 1
-        call = self._lease.LeaseKeepAlive(timeout=self.request_timeout)
-        try:
-            await call.write(rpc.LeaseKeepAliveRequest(ID=lease))
-            response = await call.read()
-        except grpc.aio.AioRpcError as exc:
-            raise self._map_error(exc) from exc
-        finally:
-            call.cancel()
-        if response is grpc.aio.EOF:
-            self._failed()
-            raise RendezvousConnectionError("etcd closed the lease keep-alive stream")
+        async with self._keepalive_lock:
+            if self._keepalive_call is None:
+                self._keepalive_call = self._lease.LeaseKeepAlive()
+            call = self._keepalive_call
+            try:
+                await asyncio.wait_for(
+                    call.write(rpc.LeaseKeepAliveRequest(ID=lease)), self.request_timeout
+                )
+                response = await asyncio.wait_for(call.read(), self.request_timeout)
+            except TimeoutError as exc:
+                self._failed()
+                raise RendezvousConnectionError("etcd did not answer a lease keep-alive") from exc
+            except grpc.aio.AioRpcError as exc:
+                self._keepalive_call = None
+                raise self._map_error(exc) from exc
+            if response is grpc.aio.EOF:
+                self._failed()
+                raise RendezvousConnectionError("etcd closed the lease keep-alive stream")
         self._contact()
         if response.TTL <= 0:
             raise LeaseNotFoundError("NOT_FOUND", f"lease {lease:x} expired or revoked")
@@ -496,6 +513,8 @@ class Watch:
             filters=[rpc.WatchCreateRequest.NOPUT] if no_put else [],
         )
         self._stream: _WatchStream | None = None
+        self._keepalive_call: Any = None
+        self._keepalive_lock = asyncio.Lock()
         self._id = 0
         self._queue: asyncio.Queue[Any] | None = None
 

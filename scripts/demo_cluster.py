@@ -181,6 +181,10 @@ class Scenario:
     out: Callable[[str], None] = print
     timeline: Timeline = field(init=False)
     job: str = field(init=False, default="")
+    uid: str = field(init=False, default="")
+    """The applied job's uid: Events of earlier jobs of the same name are not this run's."""
+    max_world: int = field(init=False, default=0)
+    seen_workers: set[str] = field(init=False, default_factory=set)
 
     def __post_init__(self) -> None:
         self.timeline = Timeline(started=time.monotonic(), out=self.out)
@@ -232,6 +236,9 @@ class Scenario:
         )  # fmt: skip
         self.ops.kubectl("apply", "-n", self.namespace, "-f", str(path))
         self.job = str(job)
+        self.uid = self.ops.kubectl(
+            "get", "elasticjob", job, "-n", self.namespace, "-o", "jsonpath={.metadata.uid}"
+        ).strip()  # fmt: skip
         steps = f" (--steps {self.steps})" if self.steps is not None else ""
         self.out(
             f"==> kubectl apply -f {self.manifest.name}{steps}: ElasticJob {self.namespace}/{job}"
@@ -259,6 +266,8 @@ class Scenario:
         ]
         view = JobView.from_object(obj)
         self.timeline.observe(view)
+        self.max_world = max(self.max_world, view.world_size)
+        self.seen_workers |= {p.name for p in pods if p.role == "worker"}
         if self.observer:
             self.observer(view, pods)
         return view, pods
@@ -346,10 +355,15 @@ class Scenario:
         self.timeline.note(final, "job Succeeded")
         return final
 
+    @property
+    def replaced(self) -> int:
+        """Worker pods beyond the first attempt of each index (``<job>-worker-<i>-<attempt>``)."""
+        return sum(1 for name in self.seen_workers if not name.endswith("-0"))
+
     def summary(self, final: JobView) -> str:
         events = self.ops.kubectl(
             "get", "events", "-n", self.namespace,
-            "--field-selector", f"involvedObject.kind=ElasticJob,involvedObject.name={self.job}",
+            "--field-selector", f"involvedObject.kind=ElasticJob,involvedObject.uid={self.uid}",
             "--sort-by", ".metadata.creationTimestamp",
             "-o", "custom-columns=TYPE:.type,REASON:.reason,MESSAGE:.message",
         )  # fmt: skip
@@ -360,7 +374,7 @@ class Scenario:
             f"==> Summary of {self.namespace}/{self.job}",
             f"    outcome:        {final.phase} after {self.timeline.elapsed().strip()}",
             f"    restarts:       {restarts} (spent from maxRestarts: {failures})",
-            f"    last round:     {final.round}, world size {final.world_size}",
+            f"    worker pods:    {self.replaced} replaced; largest world size {self.max_world}",
             "    what happened:",
             *(f"      {r[0]}  {r[-1]}" for r in self.timeline.rows if r[-1]),
             "    events:",

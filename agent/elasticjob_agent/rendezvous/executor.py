@@ -20,6 +20,7 @@ from aetcd import rpc
 
 from elasticjob_agent.etcd.client import (
     EtcdClient,
+    EtcdRequestError,
     LeaseNotFoundError,
     cmp_mod,
     cmp_value,
@@ -220,7 +221,15 @@ class Executor:
         if my_create:
             ops.append(op_range(joined, mine, count_only=True, revision=revision))
             ops.append(op_range(mine, revision=revision, keys_only=True))
-        response = await self.client.txn([], ops)
+        try:
+            response = await self.client.txn([], ops)
+        except EtcdRequestError as exc:
+            if "compacted" not in exc.details:
+                raise
+            raise RendezvousStateError(
+                f"round {p} completed at revision {revision + 1}, which etcd has compacted "
+                "since: keep etcd's auto-compaction retention above the join timeout"
+            ) from exc
         rs = [r.response_range for r in response.responses]
         total = int(rs[0].count)
         rank = max_nodes

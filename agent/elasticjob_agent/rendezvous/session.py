@@ -136,5 +136,5 @@ class EtcdSession:
         self._closed = True
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=5)
-        if not self._thread.is_alive():
-            self.loop.close()
+        # The loop is stopped, not closed: grpc's poller may still post a late callback to it,
+        # which must not fail on a closed loop.

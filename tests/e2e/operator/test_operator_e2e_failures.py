@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import time
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -148,19 +149,39 @@ def _etcd_pod(cluster: LocalCluster, ns: str) -> str:
     return str(live[0]["metadata"]["name"])
 
 
-def _time_to_stall(cluster: LocalCluster, ns: str, name: str, since: float) -> float:
-    wait_job(
-        cluster,
-        ns,
-        name,
-        "Stalled/EtcdUnavailable",
-        lambda j: (
-            condition(j, "Stalled").get("reason") == "EtcdUnavailable"
-            and condition(j, "Stalled").get("status") == "True"
-        ),
-        timeout=DETECT_WITHIN + 5,
+def _time_to_stall(cluster: LocalCluster, ns: str, name: str, since_wall: float) -> float:
+    """Seconds from ``since_wall`` (Unix time) to the EtcdUnavailable stall.
+
+    A killed managed etcd can be recreated and the stall over within seconds, faster than a
+    poll sees the condition; the stall's Event (second resolution) is the record then.
+    """
+
+    def seen() -> float | None:
+        job = get_job(cluster, ns, name)
+        cond = condition(job, "Stalled")
+        if cond.get("reason") == "EtcdUnavailable" and cond.get("status") == "True":
+            return time.time()
+        stamps = [
+            e.get("firstTimestamp") or e.get("eventTime")
+            for e in _events(cluster, ns, name)
+            if e["reason"] == "EtcdUnavailable"
+        ]
+        if stamps:
+            first = min(datetime.fromisoformat(str(t).replace("Z", "+00:00")) for t in stamps)
+            return first.timestamp()
+        return None
+
+    deadline = time.monotonic() + DETECT_WITHIN + 10
+    while time.monotonic() < deadline:
+        at = seen()
+        if at is not None:
+            # Event times are whole seconds, truncated: allow one second of rounding.
+            return max(0.0, at - since_wall)
+        time.sleep(0.5)
+    raise AssertionError(
+        f"{ns}/{name}: not Stalled/EtcdUnavailable after {DETECT_WITHIN + 10} s: "
+        + json.dumps(get_job(cluster, ns, name).get("status"), indent=1)
     )
-    return time.monotonic() - since
 
 
 def test_etcd_process_killed_is_stalled_within_15s_then_recreated(
@@ -169,7 +190,7 @@ def test_etcd_process_killed_is_stalled_within_15s_then_recreated(
     _start(cluster, ns, "etcdkill")
     _wait_progress(cluster, ns)
     etcd = _etcd_pod(cluster, ns)
-    began = time.monotonic()
+    began = time.time()
     cluster.kill_container(ns, etcd, signal.SIGKILL)
     took = _time_to_stall(cluster, ns, "etcdkill", began)
     assert took <= DETECT_WITHIN, took
@@ -184,7 +205,7 @@ def test_etcd_cut_off_the_network_is_stalled_within_15s_then_recreated(
     _start(cluster, ns, "etcdcut")
     _wait_progress(cluster, ns)
     etcd = _etcd_pod(cluster, ns)
-    began = time.monotonic()
+    began = time.time()
     cluster.cut_pod(ns, etcd)
     took = _time_to_stall(cluster, ns, "etcdcut", began)
     assert took <= DETECT_WITHIN, took
@@ -262,7 +283,7 @@ def test_unrecoverable_external_etcd_fails_after_the_stall_timeout_with_every_po
         etcd={"mode": "External", "endpoints": [endpoint]},
     )
     _wait_progress(cluster, ns, 5)
-    began = time.monotonic()
+    began = time.time()
     cluster.cut_pod(ns, "shared-etcd")  # the operator cannot recreate an etcd it does not own
     try:
         took = _time_to_stall(cluster, ns, "external", began)

@@ -99,6 +99,8 @@ class AgentArgs:
     nccl_async_error_handling: str = "3"
     nccl_monitoring: str = "1"
     node_id: str | None = None
+    warm_workers: bool = True
+    """Keep spare interpreters with torch imported, so restarts skip the import."""
 
     @property
     def key_prefix(self) -> str:
@@ -260,6 +262,12 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         help="TORCH_NCCL_ENABLE_MONITORING (0 or 1)",
     )
     valued("--node-id", "--node_id", default=None, help="this node's id (default hostname-pid)")
+    valued(
+        "--warm-workers",
+        "--warm_workers",
+        default="1",
+        help="1: keep spare workers with torch imported so restarts skip the import; 0: off",
+    )
     parser.add_argument("training_script", help="the training script (or module, or program)")
     parser.add_argument("training_script_args", nargs=argparse.REMAINDER)
     return parser
@@ -365,6 +373,8 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> AgentArgs:
     )
     if async_handling not in ("0", "1", "2", "3"):
         raise UsageError(f"--nccl-async-error-handling {async_handling!r} must be 0, 1, 2 or 3")
+    if ns.warm_workers not in ("0", "1"):
+        raise UsageError(f"--warm-workers {ns.warm_workers!r} must be 0 or 1")
     if ns.nccl_monitoring not in ("0", "1"):
         raise UsageError(f"--nccl-monitoring {ns.nccl_monitoring!r} must be 0 or 1")
     return AgentArgs(
@@ -399,6 +409,7 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> AgentArgs:
         nccl_async_error_handling=async_handling,
         nccl_monitoring=ns.nccl_monitoring,
         node_id=ns.node_id,
+        warm_workers=ns.warm_workers == "1" and not ns.no_python,
     )
 
 

@@ -13,7 +13,7 @@ import sys
 import tempfile
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from types import FrameType
@@ -31,9 +31,10 @@ from elasticjob_agent.restart_counter import JobRestartCounter
 from elasticjob_agent.standalone import EmbeddedEtcd, EtcdStartError
 from elasticjob_agent.supervisor import Supervisor, SupervisorSettings
 from elasticjob_agent.timer_server import TimerServer
+from elasticjob_agent.warm_pool import WarmPool
 from elasticjob_agent.worker_env import AgentKnobs
 from elasticjob_agent.worker_launch import worker_command
-from elasticjob_agent.workers import LocalWorkers, LogSettings
+from elasticjob_agent.workers import LocalWorkers, LogSettings, WarmLaunch
 
 logger = logging.getLogger("elasticjob_agent")
 
@@ -58,8 +59,10 @@ def _make_handler(args: AgentArgs, endpoint: str, run_id: str, node: str) -> obj
     """Our etcd-v3 handler from torch's ``RendezvousParameters``; ``ValueError`` on bad conf."""
     from torch.distributed.elastic.rendezvous import RendezvousParameters  # noqa: PLC0415
 
-    from elasticjob_agent.rendezvous.config import RendezvousConfig  # noqa: PLC0415
-    from elasticjob_agent.rendezvous.handler import EtcdRendezvousHandler  # noqa: PLC0415
+    from elasticjob_agent.rendezvous import (  # noqa: PLC0415
+        EtcdRendezvousHandler,
+        RendezvousConfig,
+    )
 
     conf = dict(args.rdzv_conf)
     conf["etcd_timeout"] = str(args.etcd_timeout)
@@ -159,6 +162,16 @@ def run(args: AgentArgs) -> int:
             no_python=args.no_python,
             run_path=args.run_path,
         )
+        python = os.environ.get("PYTHON_EXEC", sys.executable)
+        warm: WarmLaunch | None = None
+        if args.warm_workers:
+            pool = WarmPool(python, _spare_env(os.environ, nproc), nproc)
+            stack.callback(pool.close)
+            pool.fill()  # imports torch while the first rendezvous runs
+            script = args.training_script
+            if not args.module:
+                script = os.path.abspath(script)
+            warm = WarmLaunch(pool, (script, *args.training_script_args), args.module)
         workers = LocalWorkers(
             command,
             LogSettings(
@@ -168,6 +181,7 @@ def run(args: AgentArgs) -> int:
                 args.log_line_prefix_template,
                 args.local_ranks_filter,
             ),
+            warm,
         )
         counter = JobRestartCounter(
             link, JobKeys(args.key_prefix, run_id), node, patience=args.etcd_timeout
@@ -207,6 +221,14 @@ def run(args: AgentArgs) -> int:
             signal.signal(sig, on_signal)
         return int(supervisor.run())
     return int(ExitCode.WORKER_FAILED)  # pragma: no cover - ExitStack does not swallow
+
+
+def _spare_env(environ: Mapping[str, str], nproc: int) -> dict[str, str]:
+    """What a warm worker starts with: what every worker of this agent will share."""
+    env = dict(environ)
+    if "OMP_NUM_THREADS" not in env and nproc > 1:
+        env["OMP_NUM_THREADS"] = "1"  # read when torch initialises its thread pools
+    return env
 
 
 def _remove_tree(path: Path) -> None:

@@ -6,10 +6,7 @@ the data and the ports (tests use this to simulate an outage); ``close()`` remov
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -18,10 +15,7 @@ import urllib.request
 from pathlib import Path
 from types import TracebackType
 
-
-def _die_with_parent() -> None:
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+from elasticjob_agent.parent_death import die_with_parent
 
 
 class EtcdStartError(RuntimeError):
@@ -82,7 +76,7 @@ class EmbeddedEtcd:
             # Its own session (a Ctrl-C or a group signal reaches the agent, which cleans up),
             # and it dies with the agent even if the agent is SIGKILLed.
             start_new_session=True,
-            preexec_fn=_die_with_parent,  # noqa: PLW1509 - only calls prctl(2)
+            preexec_fn=die_with_parent,  # noqa: PLW1509 - only calls prctl(2)
         )
         log.close()
         deadline = time.monotonic() + timeout

@@ -73,6 +73,7 @@ class Workers(Protocol):
     def exit_codes(self) -> dict[int, int | None]: ...
     def kill(self, pid: int) -> None: ...
     def stop(self, grace: float) -> dict[int, int | None]: ...
+    def maintain(self) -> None: ...
 
 
 class Timers(Protocol):
@@ -210,6 +211,7 @@ class Supervisor:
             first_rank=assignment.base_global_rank,
             restart_count=counts.total,
             rendezvous_s=f"{rdzv_seconds:.3f}",
+            warm=bool(getattr(self._workers, "warm_started", False)),
         )
         reason = self._monitor(info.store, group_rank, group_world)
         self._restart(reason)
@@ -291,6 +293,7 @@ class Supervisor:
         next_membership_check = 0.0
         while True:
             self._status.beat()
+            self._workers.maintain()
             if self._stop_signal.wait(self._s.monitor_interval):
                 self._preempted()
             expired = self._timers.expired()

@@ -7,8 +7,6 @@ agent (``PR_SET_PDEATHSIG``), so a SIGKILLed agent never leaves orphans training
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import logging
 import os
 import signal
@@ -22,17 +20,23 @@ from pathlib import Path
 from string import Template
 from typing import IO
 
+from elasticjob_agent.parent_death import die_with_parent
+from elasticjob_agent.warm_pool import WarmPool
 from elasticjob_agent.worker_launch import GroupOutcome, group_outcome, streams_for
 
 logger = logging.getLogger(__name__)
 
-_PR_SET_PDEATHSIG = 1
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+# Warm workers are refilled this long after a group started, not during its own start-up.
+_REFILL_AFTER = 5.0
 
 
-def _die_with_parent() -> None:
-    # Runs in the child between fork and exec.
-    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+@dataclass(frozen=True)
+class WarmLaunch:
+    """How a warm worker runs the script: ``argv`` = ``[script, *args]``, as ``-m`` or a path."""
+
+    pool: WarmPool
+    argv: tuple[str, ...]
+    module: bool
 
 
 @dataclass(frozen=True)
@@ -57,9 +61,16 @@ def _pump(src: IO[bytes], file: IO[bytes], console: IO[str] | None, prefix: str)
 class LocalWorkers:
     """One group of local workers. Not thread-safe: the supervisor's thread owns it."""
 
-    def __init__(self, command: Sequence[str], logs: LogSettings) -> None:
+    def __init__(
+        self, command: Sequence[str], logs: LogSettings, warm: WarmLaunch | None = None
+    ) -> None:
         self._command = list(command)
         self._logs = logs
+        # Warm workers inherit the agent's streams, so only without redirects, tee or filters.
+        plain = logs.redirects == "0" and logs.tee == "0" and logs.ranks_filter is None
+        self._warm = warm if plain else None
+        self._started_at: float | None = None
+        self.warm_started = False
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
         self._files: list[IO[bytes]] = []
         self._pumps: list[threading.Thread] = []
@@ -72,7 +83,21 @@ class LocalWorkers:
         """Start one process per local rank with its environment."""
         if self._procs:
             raise RuntimeError("workers are already running; stop() them first")
-        for local_rank in sorted(envs):
+        self._started_at = time.monotonic()
+        ranks = sorted(envs)
+        if self._warm is not None:
+            for local_rank in ranks:
+                rank_dir = self._logs.directory / f"attempt_{attempt}" / str(local_rank)
+                rank_dir.mkdir(parents=True, exist_ok=True)
+            procs = self._warm.pool.take(
+                self._warm.argv, [envs[r] for r in ranks], self._warm.module
+            )
+            if procs is not None:
+                self._procs = dict(zip(ranks, procs, strict=True))
+                self.warm_started = True
+                return
+        self.warm_started = False
+        for local_rank in ranks:
             env = dict(envs[local_rank])
             rank_dir = self._logs.directory / f"attempt_{attempt}" / str(local_rank)
             rank_dir.mkdir(parents=True, exist_ok=True)
@@ -111,7 +136,7 @@ class LocalWorkers:
                 stdout=stdout,
                 stderr=stderr,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 - only calls prctl(2)
+                preexec_fn=die_with_parent,  # noqa: PLW1509 - only calls prctl(2)
             )
             for name, log_file, console in tees:
                 src = proc.stdout if name == "stdout" else proc.stderr
@@ -126,6 +151,14 @@ class LocalWorkers:
                 self._pumps.append(pump)
             self._procs[local_rank] = proc
             self.error_files[local_rank] = rank_dir / "error.json"
+
+    def maintain(self) -> None:
+        """Called every monitor tick: refill the warm pool once the group is past its start."""
+        if self._warm is None:
+            return
+        started = self._started_at
+        if started is None or time.monotonic() - started >= _REFILL_AFTER:
+            self._warm.pool.fill()
 
     def pids(self) -> dict[int, int]:
         return {rank: proc.pid for rank, proc in self._procs.items()}

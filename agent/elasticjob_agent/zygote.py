@@ -1,0 +1,54 @@
+"""A warm worker: an interpreter that imports torch ahead of time, then becomes a worker.
+
+Started by the agent's warm pool as ``python -u -m elasticjob_agent.zygote`` with the agent's
+environment. It imports the modules in ``ELASTICJOB_PRELOAD`` (default ``torch,torch.distributed,torch.nn.parallel``),
+then blocks until the agent writes one JSON line on stdin: ``{"argv": [script, *args],
+"env": {...}, "module": false}``. It then takes that environment and runs the script as
+``python -u script args`` would (``__name__ == "__main__"``, ``sys.argv``, ``sys.path[0]`` the
+script's directory), or the module as ``python -m`` would. Importing torch is most of a worker's
+start-up, so a restart with warm workers skips it. End of input (the pool closed) exits 0.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import runpy
+import sys
+
+PRELOAD_ENV = "ELASTICJOB_PRELOAD"
+_DEFAULT_PRELOAD = "torch,torch.distributed,torch.nn.parallel"
+
+
+def _preload() -> None:
+    for name in os.environ.get(PRELOAD_ENV, _DEFAULT_PRELOAD).split(","):
+        if name.strip():
+            try:
+                importlib.import_module(name.strip())
+            except Exception as exc:  # the script will fail on its own import, with context
+                print(f"elasticjob zygote: cannot preload {name}: {exc}", file=sys.stderr)
+
+
+def main() -> None:
+    _preload()
+    line = sys.stdin.readline()
+    if not line:
+        return
+    spec = json.loads(line)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.environ.clear()
+    os.environ.update(spec["env"])
+    argv = [str(a) for a in spec["argv"]]
+    sys.argv = list(argv)
+    if spec.get("module"):
+        runpy.run_module(argv[0], run_name="__main__", alter_sys=True)
+    else:
+        sys.path[0] = os.path.dirname(os.path.realpath(argv[0]))
+        runpy.run_path(argv[0], run_name="__main__")
+
+
+if __name__ == "__main__":
+    main()

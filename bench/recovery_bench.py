@@ -15,6 +15,7 @@ the target is at most 0.5 for both scenarios.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import re
@@ -33,8 +34,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "agent"))
-
-import contextlib
 
 from elasticjob_agent.standalone import EmbeddedEtcd  # noqa: E402
 

@@ -1,12 +1,13 @@
 """A warm worker: an interpreter that imports torch ahead of time, then becomes a worker.
 
 Started by the agent's warm pool as ``python -u -m elasticjob_agent.zygote`` with the agent's
-environment. It imports the modules in ``ELASTICJOB_PRELOAD`` (default ``torch,torch.distributed,torch.nn.parallel``),
-then blocks until the agent writes one JSON line on stdin: ``{"argv": [script, *args],
-"env": {...}, "module": false}``. It then takes that environment and runs the script as
-``python -u script args`` would (``__name__ == "__main__"``, ``sys.argv``, ``sys.path[0]`` the
-script's directory), or the module as ``python -m`` would. Importing torch is most of a worker's
-start-up, so a restart with warm workers skips it. End of input (the pool closed) exits 0.
+environment. It imports the modules in ``ELASTICJOB_PRELOAD`` (default
+``torch,torch.distributed,torch.nn.parallel``), then blocks until the agent writes one JSON line
+on stdin: ``{"argv": [script, *args], "env": {...}, "module": false}``. It then takes that
+environment and runs the script as ``python -u script args`` would (``__name__ ==
+"__main__"``, ``sys.argv``, ``sys.path[0]`` the script's directory), or the module as
+``python -m`` would. Importing torch is most of a worker's start-up, so a restart with warm
+workers skips it. End of input (the pool closed) exits 0.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import time
 import urllib.request
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -50,16 +51,6 @@ def _status(cluster: LocalCluster, namespace: str) -> dict[str, Any]:
     return status
 
 
-def _wait_for_status(cluster: LocalCluster, namespace: str, timeout: float = 120) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        status = _status(cluster, namespace)
-        if status.get("phase"):
-            return status
-        time.sleep(1)
-    raise AssertionError(f"the operator never wrote status.phase of {namespace}/rbac-probe")
-
-
 def _install(cluster: LocalCluster, release: str, namespace: str, *sets: str) -> None:
     flags = [a for s in sets for a in ("--set", s)]
     cluster.helm(
@@ -96,48 +87,9 @@ def _operator_logs(cluster: LocalCluster, release: str, namespace: str) -> str:
     return "\n".join(cluster.pod_logs(namespace, pod) for pod in pods)
 
 
-def test_namespaced_install_helm_test_and_rbac(cluster: LocalCluster, tmp_path: Path) -> None:
-    for ns in ("ej-team-a", "ej-outside"):
-        cluster.kubectl("create", "namespace", ns)
-    _install(cluster, "ej-ns", "ej-ops", "watchNamespaces={ej-team-a}")
-    try:
-        out = cluster.helm("test", "ej-ns", "--namespace", "ej-ops", "--logs").stdout
-        assert "ok: operator metrics" in out, out
-
-        sa = "system:serviceaccount:ej-ops:ej-ns-elasticjob-operator"
-        can = _can_i(cluster, "patch", "elasticjobs/status", "-n", "ej-team-a", "--as", sa)
-        assert can == "yes"
-        # Least privilege: nothing outside the watched namespace, no secrets anywhere.
-        for args in (
-            ("patch", "elasticjobs/status", "-n", "ej-outside"),
-            ("get", "secrets", "-n", "ej-team-a"),
-            ("create", "pods", "-n", "ej-outside"),
-        ):
-            proc_out = _can_i(cluster, *args, "--as", sa)
-            assert proc_out == "no", f"{sa} can {args}"
-
-        _apply_job(cluster, "ej-team-a", tmp_path)
-        _apply_job(cluster, "ej-outside", tmp_path)
-        assert _wait_for_status(cluster, "ej-team-a")["phase"]
-        # Ask this operator itself (another one may run cluster-wide in a shared cluster): its
-        # metrics show the job it handles and nothing of the namespace it must not watch.
-        metrics = cluster.wait_for(
-            "the namespaced operator to report ej-team-a/rbac-probe",
-            lambda: _handled_jobs(cluster, "ej-ns", "ej-ops") & {("ej-team-a", "rbac-probe")},
-            timeout=60,
-        )
-        assert metrics
-        time.sleep(5)
-        handled = _handled_jobs(cluster, "ej-ns", "ej-ops")
-        assert not {ns for ns, _ in handled} - {"ej-team-a"}, (
-            f"handled outside its scope: {handled}"
-        )
-        logs = _operator_logs(cluster, "ej-ns", "ej-ops")
-        assert "Forbidden" not in logs and " 403" not in logs, logs[-3000:]
-    finally:
-        for ns in ("ej-team-a", "ej-outside"):
-            cluster.kubectl("delete", "ej", "--all", "-n", ns, "--wait=false")
-        cluster.helm("uninstall", "ej-ns", "--namespace", "ej-ops", "--wait")
+def _suffix() -> str:
+    # Unique names, so a rerun on a reused cluster (ELASTICJOB_E2E_CLUSTER) starts clean.
+    return uuid.uuid4().hex[:6]
 
 
 def _can_i(cluster: LocalCluster, *args: str) -> str:
@@ -145,19 +97,78 @@ def _can_i(cluster: LocalCluster, *args: str) -> str:
     return cluster.kubectl("auth", "can-i", *args, check=False).stdout.strip()
 
 
-def test_cluster_wide_install_helm_test_and_a_job(cluster: LocalCluster, tmp_path: Path) -> None:
-    _install(cluster, "ej-cw", "ej-ops-cw")
+def _cleanup(cluster: LocalCluster, release: str, namespaces: list[str]) -> None:
+    for ns in namespaces:
+        cluster.kubectl("delete", "ej", "--all", "-n", ns, "--wait=false", check=False)
+    cluster.helm("uninstall", release, "--namespace", namespaces[0], "--wait", check=False)
+    for ns in namespaces:
+        cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+def test_namespaced_install_helm_test_and_rbac(cluster: LocalCluster, tmp_path: Path) -> None:
+    suffix = _suffix()
+    release, ops, team, outside = (f"{n}-{suffix}" for n in ("ejns", "ej-ops", "ej-team", "ej-out"))
+    for ns in (team, outside):
+        cluster.kubectl("create", "namespace", ns)
     try:
-        out = cluster.helm("test", "ej-cw", "--namespace", "ej-ops-cw", "--logs").stdout
-        assert "ok: elasticjob.dev/v1alpha1 serves" in out, out
-        cluster.kubectl("create", "namespace", "ej-anywhere")
-        _apply_job(cluster, "ej-anywhere", tmp_path)
-        assert _wait_for_status(cluster, "ej-anywhere")["phase"]
-        logs = _operator_logs(cluster, "ej-cw", "ej-ops-cw")
-        assert "Forbidden" not in logs, logs[-3000:]
+        _install(cluster, release, ops, f"watchNamespaces={{{team}}}")
+        out = cluster.helm("test", release, "--namespace", ops, "--logs").stdout
+        assert "ok: operator metrics" in out, out
+
+        sa = f"system:serviceaccount:{ops}:{release}-elasticjob-operator"
+        assert _can_i(cluster, "patch", "elasticjobs/status", "-n", team, "--as", sa) == "yes"
+        assert _can_i(cluster, "create", "events", "-n", team, "--as", sa) == "yes"
+        # Least privilege: nothing outside the watched namespace, no secrets, no updates of
+        # whole jobs, nothing cluster-wide but reading nodes.
+        for args in (
+            ("patch", "elasticjobs/status", "-n", outside),
+            ("create", "pods", "-n", outside),
+            ("get", "secrets", "-n", team),
+            ("update", "elasticjobs", "-n", team),
+            ("delete", "nodes"),
+            ("list", "namespaces"),
+        ):
+            assert _can_i(cluster, *args, "--as", sa) == "no", f"{sa} can {args}"
+        assert _can_i(cluster, "list", "nodes", "--as", sa) == "yes"
+
+        _apply_job(cluster, team, tmp_path)
+        _apply_job(cluster, outside, tmp_path)
+        # Ask this operator itself (another one may run cluster-wide in a shared cluster): its
+        # metrics show the job it handles and nothing of the namespace it must not watch.
+        cluster.wait_for(
+            f"the namespaced operator to report {team}/rbac-probe",
+            lambda: _handled_jobs(cluster, release, ops) & {(team, "rbac-probe")},
+            timeout=120,
+        )
+        assert _status(cluster, team).get("phase")
+        time.sleep(5)
+        handled = _handled_jobs(cluster, release, ops)
+        assert not {ns for ns, _ in handled} - {team}, f"handled outside its scope: {handled}"
+        logs = _operator_logs(cluster, release, ops)
+        assert "Forbidden" not in logs and " 403" not in logs, logs[-3000:]
     finally:
-        cluster.kubectl("delete", "namespace", "ej-anywhere", "--wait=false")
-        cluster.helm("uninstall", "ej-cw", "--namespace", "ej-ops-cw", "--wait")
+        _cleanup(cluster, release, [ops, team, outside])
+
+
+def test_cluster_wide_install_helm_test_and_a_job(cluster: LocalCluster, tmp_path: Path) -> None:
+    suffix = _suffix()
+    release, ops, anywhere = (f"{n}-{suffix}" for n in ("ejcw", "ej-ops-cw", "ej-any"))
+    try:
+        _install(cluster, release, ops)
+        out = cluster.helm("test", release, "--namespace", ops, "--logs").stdout
+        assert "ok: elasticjob.dev/v1alpha1 serves" in out, out
+        cluster.kubectl("create", "namespace", anywhere)
+        _apply_job(cluster, anywhere, tmp_path)
+        cluster.wait_for(
+            f"the cluster-wide operator to report {anywhere}/rbac-probe",
+            lambda: _handled_jobs(cluster, release, ops) & {(anywhere, "rbac-probe")},
+            timeout=120,
+        )
+        assert _status(cluster, anywhere).get("phase")
+        logs = _operator_logs(cluster, release, ops)
+        assert "Forbidden" not in logs and " 403" not in logs, logs[-3000:]
+    finally:
+        _cleanup(cluster, release, [ops, anywhere])
 
 
 def test_examples_pass_api_server_validation(cluster: LocalCluster) -> None:

@@ -1,0 +1,51 @@
+"""Warm workers run a script exactly as ``python -u script args`` would."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from elasticjob_agent.warm_pool import WarmPool
+
+SCRIPT = """
+import os, sys
+print("name", __name__)
+print("argv", sys.argv)
+print("path0", sys.path[0])
+print("file", __file__)
+print("rank", os.environ["RANK"], "extra" in os.environ)
+sys.exit(int(sys.argv[1]))
+"""
+
+
+def test_spare_becomes_the_worker(tmp_path: Path) -> None:
+    script = tmp_path / "job" / "work.py"
+    script.parent.mkdir()
+    script.write_text(SCRIPT)
+    out = tmp_path / "out.txt"
+    env = dict(os.environ, ELASTICJOB_PRELOAD="json")
+    pool = WarmPool(sys.executable, env, size=1)
+    try:
+        worker_env = dict(env, RANK="5")
+        with open(out, "wb") as sink:
+            # The spare inherits our stdout: point fd 1 at a file while it is started.
+            saved = os.dup(1)
+            os.dup2(sink.fileno(), 1)
+            try:
+                pool.fill()
+            finally:
+                os.dup2(saved, 1)
+                os.close(saved)
+        procs = pool.take([str(script), "7"], [worker_env], module=False)
+        assert procs is not None and len(procs) == 1
+        assert procs[0].wait(60) == 7
+        text = out.read_text()
+        assert "name __main__" in text
+        assert f"argv ['{script}', '7']" in text
+        assert f"path0 {script.parent}" in text
+        assert f"file {script}" in text
+        assert "rank 5 False" in text  # the worker's environment replaces the spare's
+        assert pool.take([str(script), "0"], [worker_env], module=False) is None  # used up
+    finally:
+        pool.close()

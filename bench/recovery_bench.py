@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import math
 import os
 import re
@@ -28,6 +29,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -52,7 +54,10 @@ def free_port() -> int:
 class Launcher:
     """One node: a launcher process in its own session, its output timestamped line by line."""
 
-    def __init__(self, argv: Sequence[str], env: dict[str, str]) -> None:
+    def __init__(
+        self, argv: Sequence[str], env: dict[str, str], health_port: int | None = None
+    ) -> None:
+        self.health_port = health_port
         self.lines: list[tuple[float, bytes]] = []
         self._lock = threading.Lock()
         self.proc = subprocess.Popen(
@@ -99,7 +104,12 @@ class Launcher:
 
 
 def _python_children(launcher: Launcher) -> list[int]:
-    # Our agent's workers are its direct children; torchrun's too (spawned with Popen).
+    if launcher.health_port is not None:
+        # Our agent says which processes are its workers (spares are children too).
+        url = f"http://127.0.0.1:{launcher.health_port}/status"
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return [int(w["pid"]) for w in json.loads(resp.read())["workers"] if w["pid"]]
+    # torchrun's workers are its direct children.
     pids = []
     for pid in launcher.worker_pids():
         try:
@@ -149,16 +159,18 @@ def one_run(
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "agent"), env.get("PYTHONPATH", "")])
     etcd: EmbeddedEtcd | None = None
+    ports: list[int | None] = [None, None]
     conf = f"join_timeout=120,last_call_timeout={int(last_call)}"
     if kind == "ours":
         etcd = EmbeddedEtcd()
         etcd.start()
         argv = [
-            sys.executable, "-m", "elasticjob_agent", "--health-port", "0",
+            sys.executable, "-m", "elasticjob_agent", "--health-addr", "127.0.0.1",
             "--rdzv-backend", "etcd-v3", "--rdzv-endpoint", etcd.endpoint,
             "--rdzv-conf", f"{conf},heartbeat=2",
             "--nnodes", nnodes, *common,
         ]  # fmt: skip
+        ports = [free_port(), free_port()]
     else:
         port = free_port()
         argv = [
@@ -168,10 +180,16 @@ def one_run(
             "--nnodes", nnodes, *common,
         ]  # fmt: skip
     nodes: list[Launcher] = []
+
+    def launch(index: int) -> Launcher:
+        port = ports[index]
+        extra = ["--health-port", str(port)] if port is not None else []
+        return Launcher([argv[0], *argv[1:], *extra, *train], env, port)
+
     try:
-        nodes.append(Launcher([*argv, *train], env))
+        nodes.append(launch(0))
         time.sleep(1.0)  # torchrun's first node hosts the c10d store
-        nodes.append(Launcher([*argv, *train], env))
+        nodes.append(launch(1))
         _wait(nodes, 0.0, 4, 600)
         time.sleep(2.0)  # training steady
         if scenario == "worker":

@@ -4,12 +4,19 @@ PY := .venv/bin/python
 # Long builds (Kubernetes, helm) are cached here, outside the repository.
 export ELASTICJOB_CACHE ?= $(HOME)/.cache/elasticjob
 
-.PHONY: setup demo test test-fast lint fmt cluster-build cluster-up cluster-down bench
+.PHONY: setup demo demo-standalone test test-fast lint fmt cluster-build cluster-up cluster-down bench
 
 setup:
 	@scripts/setup.sh
 
-demo: setup
+# The main job: the local cluster (left running; `make cluster-down` stops it), the chart
+# installed with helm, examples/elasticjob.yaml trained to Succeeded through a worker failure
+# and an etcd outage.
+demo: cluster-up
+	$(PY) scripts/demo_cluster.py
+
+# One node, no Kubernetes: elasticjob-agent --standalone on examples/train.py.
+demo-standalone: setup
 	@scripts/demo.sh
 
 test: setup cluster-build

@@ -29,7 +29,7 @@ _POSITIVE_SECONDS = (
     "heartbeat",
     "etcd_timeout",
 )
-RDZV_CONF_KEYS = (*_POSITIVE_SECONDS, "key_prefix")
+RDZV_CONF_KEYS = (*_POSITIVE_SECONDS, "key_prefix", "node_id")
 
 
 class UsageError(ValueError):

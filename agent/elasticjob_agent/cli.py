@@ -66,7 +66,7 @@ def _make_handler(args: AgentArgs, endpoint: str, run_id: str, node: str) -> obj
 
     conf = dict(args.rdzv_conf)
     conf["etcd_timeout"] = str(args.etcd_timeout)
-    conf.setdefault("node_id", node)
+    conf["node_id"] = node
     params = RendezvousParameters(
         backend="etcd-v3",
         endpoint=endpoint,
@@ -87,7 +87,7 @@ def _probe_loop(link: EtcdLink, metrics: AgentMetrics, stop: threading.Event) ->
 
 def run(args: AgentArgs) -> int:
     nproc = resolve_nproc(args.nproc_per_node, os.cpu_count() or 1, _accelerators())
-    node = args.node_id or f"{socket.gethostname()}-{os.getpid()}"
+    node = args.node_id or args.rdzv_conf.get("node_id") or f"{socket.gethostname()}-{os.getpid()}"
     with ExitStack() as stack:
         if args.standalone:
             etcd = stack.enter_context(EmbeddedEtcd())

@@ -175,6 +175,8 @@ class Scenario:
     poll: float = 1.0
     observer: Observer | None = None
     helm_values: dict[str, str] = field(default_factory=dict)
+    release: str = RELEASE
+    operator_namespace: str = OPERATOR_NAMESPACE
     steps: int | None = None
     """Override the trainer's ``--steps`` (the example's default is over before a fault lands)."""
     workdir: Path = field(default_factory=lambda: Path(tempfile.gettempdir()) / "elasticjob-demo")
@@ -192,16 +194,16 @@ class Scenario:
     # -- steps -------------------------------------------------------------------------------
 
     def install_operator(self) -> None:
-        self.out(f"==> helm upgrade --install {RELEASE} {CHART.relative_to(REPO)}")
+        self.out(f"==> helm upgrade --install {self.release} {CHART.relative_to(REPO)}")
         sets = [a for k, v in self.helm_values.items() for a in ("--set", f"{k}={v}")]
         self.ops.helm(
-            "upgrade", "--install", RELEASE, str(CHART),
-            "--namespace", OPERATOR_NAMESPACE, "--create-namespace",
+            "upgrade", "--install", self.release, str(CHART),
+            "--namespace", self.operator_namespace, "--create-namespace",
             "--wait", "--timeout", "5m", *sets,
         )  # fmt: skip
         self.ops.kubectl(
-            "-n", OPERATOR_NAMESPACE, "rollout", "status",
-            f"deployment/{RELEASE}-elasticjob-operator", "--timeout=180s",
+            "-n", self.operator_namespace, "rollout", "status",
+            f"deployment/{self.release}-elasticjob-operator", "--timeout=180s",
         )  # fmt: skip
         self.out("    operator is up")
 

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 from elasticjob_localcluster import LocalCluster
 
 from scripts.demo_cluster import (
-    OPERATOR_NAMESPACE,
-    RELEASE,
     ClusterAdapter,
     JobView,
     PodView,
@@ -35,10 +34,10 @@ OPERATOR_PORT = 8080
 RATE_INTERVAL = "15s"
 
 
-def _operator_ips(ops: ClusterAdapter) -> list[str]:
+def _operator_ips(ops: ClusterAdapter, namespace: str) -> list[str]:
     pods = json.loads(
         ops.kubectl(
-            "get", "pods", "-n", OPERATOR_NAMESPACE,
+            "get", "pods", "-n", namespace,
             "-l", "app.kubernetes.io/name=elasticjob-operator,app.kubernetes.io/component=operator",
             "-o", "json",
         )
@@ -48,6 +47,10 @@ def _operator_ips(ops: ClusterAdapter) -> list[str]:
 
 def test_every_dashboard_query_returns_data(cluster: LocalCluster, tmp_path: Path) -> None:
     ops = ClusterAdapter(cluster)
+    # Own names and a namespaced operator: other tests of a shared cluster are not disturbed.
+    suffix = uuid.uuid4().hex[:6]
+    release, operators, jobs = f"ejobs-{suffix}", f"ej-obs-ops-{suffix}", f"ej-obs-{suffix}"
+    cluster.kubectl("create", "namespace", jobs)
     prom = Prometheus(workdir=tmp_path / "prometheus")
     prom.start()
     try:
@@ -55,7 +58,8 @@ def test_every_dashboard_query_returns_data(cluster: LocalCluster, tmp_path: Pat
 
         def follow(view: JobView, pods: list[PodView]) -> None:
             prom.set_targets(
-                "elasticjob-operator", [f"{ip}:{OPERATOR_PORT}" for ip in _operator_ips(ops)]
+                "elasticjob-operator",
+                [f"{ip}:{OPERATOR_PORT}" for ip in _operator_ips(ops, operators)],
             )
             prom.set_targets(
                 "elasticjob-agents",
@@ -69,8 +73,11 @@ def test_every_dashboard_query_returns_data(cluster: LocalCluster, tmp_path: Pat
         scenario = Scenario(
             ops=ops,
             manifest=REPO / "examples" / "elasticjob.yaml",
-            namespace="default",
+            namespace=jobs,
             observer=follow,
+            release=release,
+            operator_namespace=operators,
+            helm_values={"watchNamespaces": f"{{{jobs}}}"},
             steps=900,
         )
         final = scenario.run(inject=True)
@@ -90,8 +97,7 @@ def test_every_dashboard_query_returns_data(cluster: LocalCluster, tmp_path: Pat
         assert not empty, "queries without data:\n" + "\n".join(empty)
     finally:
         prom.stop()
-        # Leave no cluster-wide operator behind for the other tests of a shared cluster.
-        cluster.kubectl(
-            "delete", "elasticjob", "--all", "-n", "default", "--wait=false", check=False
-        )
-        cluster.helm("uninstall", RELEASE, "--namespace", OPERATOR_NAMESPACE, "--wait", check=False)
+        cluster.kubectl("delete", "elasticjob", "--all", "-n", jobs, "--wait=false", check=False)
+        cluster.helm("uninstall", release, "--namespace", operators, "--wait", check=False)
+        for ns in (jobs, operators):
+            cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)

@@ -8,12 +8,14 @@ and go around again. Terminal outcomes are ``ExitCode`` values (protocol/exit_co
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from elasticjob_agent.agent_status import AgentStatus
@@ -74,6 +76,7 @@ class Workers(Protocol):
     def kill(self, pid: int) -> None: ...
     def stop(self, grace: float) -> dict[int, int | None]: ...
     def maintain(self) -> None: ...
+    def error_file(self, attempt: int, local_rank: int) -> Path: ...
 
 
 class Timers(Protocol):
@@ -186,7 +189,7 @@ class Supervisor:
                 lr,
                 self._environ,
                 self._s.knobs,
-                error_file=None,
+                error_file=str(self._workers.error_file(self._attempt, lr)),
             )
             for lr in range(self._s.nproc_per_node)
         }
@@ -314,6 +317,8 @@ class Supervisor:
             if failures:
                 self._metrics.worker_failed(len(failures))
                 self._events.warning("worker_failed", exit_codes=failures)
+                for lr in failures:
+                    self._log_error_file(lr)
                 return RestartReason.FAILURE
             if codes and all(c == 0 for c in codes.values()):
                 self._succeeded(store, group_rank, group_world)
@@ -323,6 +328,20 @@ class Supervisor:
                 reason = self._membership_change()
                 if reason is not None:
                     return reason
+
+    def _log_error_file(self, local_rank: int) -> None:
+        """Workers wrapped in torch's ``@record`` leave their exception in the error file."""
+        path = self._workers.error_file(self._attempt, local_rank)
+        try:
+            message = json.loads(path.read_text())["message"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return
+        if isinstance(message, dict):
+            message = message.get("message", message)
+        text = str(message).strip().splitlines()
+        self._events.warning(
+            "worker_error", local_rank=local_rank, error=repr(text[-1][:500] if text else "")
+        )
 
     def _membership_change(self) -> RestartReason | None:
         try:

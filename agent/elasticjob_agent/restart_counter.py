@@ -59,8 +59,8 @@ class JobRestartCounter:
         self._clock = clock
         self._sleep = sleep
 
-    def _retrying(self, fn: Callable[[], Any]) -> Any:
-        deadline = self._clock() + self._patience
+    def _retrying(self, fn: Callable[[], Any], patience: float | None = None) -> Any:
+        deadline = self._clock() + (self._patience if patience is None else patience)
         while True:
             try:
                 return fn()
@@ -93,11 +93,12 @@ class JobRestartCounter:
         counts: RestartCounts = self._retrying(lambda: self._counters()[0])
         return counts
 
-    def record(self, round_: int, reason: RestartReason) -> Recorded:
+    def record(self, round_: int, reason: RestartReason, patience: float | None = None) -> Recorded:
         """Count the restart that tears down ``round_``, unless another agent already did.
 
         The event key and the counter bump go in one transaction guarded by the counters' mod
-        revisions, so concurrent agents never lose or double an increment.
+        revisions, so concurrent agents never lose or double an increment. ``patience``
+        overrides the instance's etcd patience for this call.
         """
 
         def attempt() -> Recorded | None:
@@ -133,7 +134,7 @@ class JobRestartCounter:
             return None  # lost a race: read again
 
         while True:
-            result: Recorded | None = self._retrying(attempt)
+            result: Recorded | None = self._retrying(attempt, patience)
             if result is not None:
                 return result
 

@@ -64,7 +64,9 @@ class Handler(Protocol):
 
 class Counter(Protocol):
     def read(self) -> RestartCounts: ...
-    def record(self, round_: int, reason: RestartReason) -> Recorded: ...
+    def record(
+        self, round_: int, reason: RestartReason, patience: float | None = None
+    ) -> Recorded: ...
     def mark_budget_spent(self, counts: RestartCounts, max_restarts: int) -> None: ...
     def close_reason(self) -> str | None: ...
 
@@ -394,7 +396,8 @@ class Supervisor:
         self._status.update(state=AgentState.STOPPING)
         self._events.info("sigterm_received")
         try:
-            self._counter.record(self._round, RestartReason.PREEMPTION)
+            # Short patience: the grace period matters more than the count during an outage.
+            self._counter.record(self._round, RestartReason.PREEMPTION, patience=2.0)
         except (EtcdUnavailableError, RestartStateError) as exc:
             logger.warning("could not count the preemption: %s", exc)
         self._leave()

@@ -4,7 +4,7 @@ PY := .venv/bin/python
 # Long builds (Kubernetes, helm) are cached here, outside the repository.
 export ELASTICJOB_CACHE ?= $(HOME)/.cache/elasticjob
 
-.PHONY: setup demo demo-standalone test test-fast lint fmt cluster-build cluster-up cluster-down bench
+.PHONY: sync-chart setup demo demo-standalone test test-fast lint fmt cluster-build cluster-up cluster-down bench
 
 setup:
 	@scripts/setup.sh
@@ -31,6 +31,7 @@ lint: setup
 	.venv/bin/ruff format --check .
 	.venv/bin/mypy
 	PYTHONPATH=agent:operator .venv/bin/lint-imports
+	scripts/sync-chart.sh --check
 
 fmt: setup
 	.venv/bin/ruff format .
@@ -47,3 +48,7 @@ cluster-down: setup
 
 bench: setup
 	$(PY) bench/rendezvous_bench.py
+
+# Copy crds/ and dashboards/ (the one sources) into the chart.
+sync-chart:
+	scripts/sync-chart.sh

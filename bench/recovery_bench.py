@@ -82,9 +82,10 @@ class Launcher:
         with self._lock:
             lines = list(self.lines)
         for at, line in lines:
-            match = START.search(line)
-            if match and at > after and int(match.group(2)) == world_size:
-                out.setdefault(int(match.group(1)), at)
+            # Several workers share the pipe: their lines can run together.
+            for match in START.finditer(line):
+                if at > after and int(match.group(2)) == world_size:
+                    out.setdefault(int(match.group(1)), at)
         return out
 
     def worker_pids(self) -> list[int]:

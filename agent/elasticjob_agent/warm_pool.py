@@ -12,6 +12,7 @@ import contextlib
 import json
 import logging
 import os
+import resource
 import signal
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -21,12 +22,37 @@ from elasticjob_agent.parent_death import die_with_parent
 logger = logging.getLogger(__name__)
 
 
+SPARE_NICE = 19
+
+
+def can_restore_priority(euid: int, nice_limit: int, current_nice: int) -> bool:
+    """Whether a spare started at ``SPARE_NICE`` may raise itself back to ``current_nice``.
+
+    Root may; others only within ``RLIMIT_NICE`` (the ceiling is ``20 - limit``). Pure.
+    """
+    return euid == 0 or 20 - nice_limit <= current_nice
+
+
+def _spare_preexec(niced: bool) -> None:
+    die_with_parent()
+    if niced:
+        os.nice(SPARE_NICE)
+
+
 class WarmPool:
+    """Spares import torch at the lowest CPU priority, so they never slow a running group, and
+    are raised back to the agent's priority (every thread) when they become workers. Where that
+    is not permitted, spares run at normal priority."""
+
     def __init__(self, python: str, env: Mapping[str, str], size: int) -> None:
         self._command = [python, "-u", "-m", "elasticjob_agent.zygote"]
         self._env = dict(env)
         self._size = size
         self._spares: list[subprocess.Popen[bytes]] = []
+        self._nice = os.getpriority(os.PRIO_PROCESS, 0)
+        soft, _ = resource.getrlimit(resource.RLIMIT_NICE)
+        limit = 40 if soft == resource.RLIM_INFINITY else int(soft)
+        self._niced = can_restore_priority(os.geteuid(), limit, self._nice)
 
     def fill(self) -> None:
         """Start spares until there are ``size`` live ones (call from the supervisor's thread)."""
@@ -38,7 +64,7 @@ class WarmPool:
                     env=self._env,
                     stdin=subprocess.PIPE,
                     start_new_session=True,
-                    preexec_fn=die_with_parent,  # noqa: PLW1509 - only calls prctl(2)
+                    preexec_fn=lambda: _spare_preexec(self._niced),  # noqa: PLW1509 - prctl, nice
                 )
             )
 
@@ -51,7 +77,14 @@ class WarmPool:
             return None
         taken, self._spares = live[: len(envs)], live[len(envs) :]
         for proc, env in zip(taken, envs, strict=True):
-            message = json.dumps({"argv": list(argv), "env": dict(env), "module": module})
+            message = json.dumps(
+                {
+                    "argv": list(argv),
+                    "env": dict(env),
+                    "module": module,
+                    "nice": self._nice if self._niced else None,
+                }
+            )
             if proc.stdin is None:  # cannot happen: stdin=PIPE
                 raise RuntimeError("warm worker has no stdin")
             try:

@@ -27,7 +27,7 @@ from elasticjob_agent.worker_launch import GroupOutcome, group_outcome, streams_
 logger = logging.getLogger(__name__)
 
 # Warm workers are refilled this long after a group started, not during its own start-up.
-_REFILL_AFTER = 5.0
+_REFILL_AFTER = 2.0
 
 
 @dataclass(frozen=True)

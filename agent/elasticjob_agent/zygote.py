@@ -31,12 +31,29 @@ def _preload() -> None:
                 print(f"elasticjob zygote: cannot preload {name}: {exc}", file=sys.stderr)
 
 
+def _restore_priority(nice: int) -> None:
+    """Spares wait at low priority; a worker runs at the agent's. Linux keeps a nice value per
+    thread, and importing torch started threads, so raise every one of them."""
+    try:
+        tids = [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:
+        tids = [0]
+    for tid in tids:
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, nice)
+        except OSError as exc:
+            print(f"elasticjob zygote: cannot restore priority: {exc}", file=sys.stderr)
+            return
+
+
 def main() -> None:
     _preload()
     line = sys.stdin.readline()
     if not line:
         return
     spec = json.loads(line)
+    if spec.get("nice") is not None:
+        _restore_priority(int(spec["nice"]))
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)

@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from elasticjob_agent.warm_pool import WarmPool
+from elasticjob_agent.warm_pool import WarmPool, can_restore_priority
 
 SCRIPT = """
 import os, sys
@@ -15,6 +15,8 @@ print("argv", sys.argv)
 print("path0", sys.path[0])
 print("file", __file__)
 print("rank", os.environ["RANK"], "extra" in os.environ)
+tids = os.listdir("/proc/self/task")
+print("nice", sorted({os.getpriority(os.PRIO_PROCESS, int(t)) for t in tids}))
 sys.exit(int(sys.argv[1]))
 """
 
@@ -46,6 +48,15 @@ def test_spare_becomes_the_worker(tmp_path: Path) -> None:
         assert f"path0 {script.parent}" in text
         assert f"file {script}" in text
         assert "rank 5 False" in text  # the worker's environment replaces the spare's
+        # Spares wait at nice 19; the worker (every thread) runs at our priority again.
+        assert f"nice [{os.getpriority(os.PRIO_PROCESS, 0)}]" in text
         assert pool.take([str(script), "0"], [worker_env], module=False) is None  # used up
     finally:
         pool.close()
+
+
+def test_spares_are_niced_only_when_the_priority_can_come_back() -> None:
+    assert can_restore_priority(euid=0, nice_limit=0, current_nice=0)
+    assert can_restore_priority(euid=1000, nice_limit=20, current_nice=0)
+    assert not can_restore_priority(euid=1000, nice_limit=0, current_nice=0)
+    assert can_restore_priority(euid=1000, nice_limit=10, current_nice=10)

@@ -24,6 +24,7 @@ test: setup cluster-build
 
 # Unit and etcd integration tests only (no Kubernetes needed).
 test-fast: setup
+	@localcluster/build.sh --tools-only
 	$(PY) -m pytest -q -ra tests/unit tests/integration
 
 lint: setup

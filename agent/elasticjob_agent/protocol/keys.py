@@ -51,7 +51,7 @@ def validate_run_id(run_id: str) -> str:
 
 @dataclass(frozen=True)
 class JobKeys:
-    """Key names for one run. ``root`` ends without a slash; every key starts with ``root + '/'``."""
+    """Key names for one run: every key starts with ``root + '/'``."""
 
     prefix: str
     run_id: str

@@ -25,6 +25,7 @@ from .spec import SpecError
 
 log = logging.getLogger(__name__)
 
+
 class _QuietWakeups(logging.Filter):
     """Drop kopf's per-event success line of ``job_changed`` (it fires on every status write)."""
 

@@ -154,7 +154,7 @@ def one_run(
         "--monitor-interval", "0.1",
         "--rdzv-id", run_id,
     ]  # fmt: skip
-    nnodes = "2:2" if scenario == "worker" else "1:2"
+    nnodes = {"worker": "2:2", "node": "1:2", "single": "1:1"}[scenario]
     train = [str(TRAIN), "--steps", "100000", "--step-sleep", "0.05",
              "--checkpoint-every", "50", "--checkpoint-dir", str(ckpt)]  # fmt: skip
     env = dict(os.environ)
@@ -189,17 +189,19 @@ def one_run(
 
     try:
         nodes.append(launch(0))
-        time.sleep(1.0)  # torchrun's first node hosts the c10d store
-        nodes.append(launch(1))
-        _wait(nodes, 0.0, 4, 600)
+        if scenario != "single":
+            time.sleep(1.0)  # torchrun's first node hosts the c10d store
+            nodes.append(launch(1))
+        full = 2 * len(nodes)
+        _wait(nodes, 0.0, full, 600)
         time.sleep(2.0)  # training steady
-        if scenario == "worker":
-            victims = _python_children(nodes[1])
+        if scenario in ("worker", "single"):
+            victims = _python_children(nodes[-1])
             if not victims:
                 raise RuntimeError("found no worker to kill")
             killed = time.monotonic()
             os.kill(victims[0], signal.SIGKILL)
-            survivors, world = nodes, 4
+            survivors, world = nodes, full
         else:
             killed = time.monotonic()
             nodes[1].kill_node()  # not the c10d store host: torchrun would not survive that
@@ -225,7 +227,13 @@ def one_run(
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--scenario", choices=["worker", "node", "both"], default="both")
+    parser.add_argument(
+        "--scenario",
+        choices=["worker", "node", "single", "both"],
+        default="both",
+        help="worker: kill one of 4 workers on 2 nodes; node: kill one of 2 nodes; single: "
+        "kill one of 2 workers on a single node; both: worker and node",
+    )
     parser.add_argument("--launchers", default="ours,torchrun", help="comma-separated subset")
     parser.add_argument("--keep-logs", help="write each run's output under this directory")
     parser.add_argument(
@@ -253,7 +261,11 @@ def main() -> int:
         theirs = statistics.median(results[(scenario, "torchrun")])
         ratio = ours / theirs if math.isfinite(theirs) else ours / RECOVERY_CAP
         ok &= ratio <= 0.5
-        label = "SIGKILL one worker" if scenario == "worker" else "SIGKILL one node"
+        label = {
+            "worker": "SIGKILL one worker (2 nodes x 2)",
+            "node": "SIGKILL one node (2 nodes x 2)",
+            "single": "SIGKILL one worker (1 node x 2)",
+        }[scenario]
         shown = f"{theirs:.2f}" if math.isfinite(theirs) else f"> {RECOVERY_CAP:g} (no recovery)"
         runs = " / ".join(
             f"{s:.1f}" if math.isfinite(s) else "none" for s in results[(scenario, "torchrun")]

@@ -32,6 +32,7 @@ import multiprocessing as mp
 import os
 import resource
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -413,6 +414,8 @@ def main() -> int:
     ours_sizes = [int(s) for s in args.ours_sizes.split(",") if s]
     candidates = args.candidates.split(",")
     resource.setrlimit(resource.RLIMIT_NOFILE, (20000, 20000))
+    # A SIGTERM (e.g. from `timeout`) unwinds through the finally blocks: no stray etcd.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     ctx = mp.get_context("spawn")
     start = ctx.Event()
@@ -443,12 +446,13 @@ def main() -> int:
                     rows.append(row)
                     print(_format(row), flush=True)
     finally:
+        etcd.close()
         for proc, conn in pool:
-            conn.send(None)
+            with contextlib.suppress(OSError):
+                conn.send(None)
             proc.join(5)
             if proc.is_alive():
                 proc.kill()
-        etcd.close()
     print()
     print(_table(rows))
     return 0

@@ -42,10 +42,11 @@ _UNREACHABLE = {
     grpc.StatusCode.UNKNOWN,
 }
 _CHANNEL_OPTIONS = (
-    # Notice a silently dead connection (no RST, e.g. a cut network) within ~15 s.
+    # Notice a silently dead connection (no RST, e.g. a cut network) within ~15 s while a call
+    # (the watch or keep-alive stream) is open; etcd refuses pings without calls ("too_many_pings").
     ("grpc.keepalive_time_ms", 10_000),
     ("grpc.keepalive_timeout_ms", 5_000),
-    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.keepalive_permit_without_calls", 0),
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
     # Reconnect quickly after an outage instead of grpc's default exponential backoff to 120 s.
     ("grpc.initial_reconnect_backoff_ms", 100),
@@ -119,6 +120,11 @@ _OPS = {
     "<": rpc.Compare.LESS,
     ">": rpc.Compare.GREATER,
 }
+
+
+def is_put(event: Any) -> bool:
+    """Whether a watch event is a put (else a delete)."""
+    return bool(event.type == rpc.Event.PUT)
 
 
 def op_put(key: bytes, value: bytes, lease: int = 0) -> Any:
@@ -232,9 +238,14 @@ class EtcdClient:
         await self.range(b"\0")
         self._watch_stream()
 
-    def _failed(self) -> None:
+    def _failed(self, *, drop: bool = True) -> None:
+        """Record a failed request. ``drop``: the connection itself is broken (not merely a
+        slow or overloaded etcd), so close it and move to the next endpoint. Dropping a healthy
+        connection under load would only add a reconnect storm to the overload."""
         if self._unreachable_since is None:
             self._unreachable_since = self._clock()
+        if not drop:
+            return
         stream, self._stream = self._stream, None
         if stream is not None:
             stream.close()
@@ -251,7 +262,10 @@ class EtcdClient:
         code = exc.code()
         details = exc.details() or ""
         if code in _UNREACHABLE:
-            self._failed()
+            # "etcdserver: ..." comes from a live server (e.g. "request timed out" under load);
+            # a client-side deadline says nothing about the connection either.
+            transport = code == grpc.StatusCode.UNAVAILABLE and not details.startswith("etcdserver")
+            self._failed(drop=transport)
             return RendezvousConnectionError(
                 f"etcd at {','.join(map(str, self.endpoints))} unreachable: {code.name}: {details}"
             )
@@ -347,13 +361,16 @@ class EtcdClient:
                 )
                 response = await asyncio.wait_for(call.read(), self.request_timeout)
             except TimeoutError as exc:
-                self._failed()
+                call.cancel()
+                self._keepalive_call = None
+                self._failed(drop=False)
                 raise RendezvousConnectionError("etcd did not answer a lease keep-alive") from exc
             except grpc.aio.AioRpcError as exc:
                 self._keepalive_call = None
                 raise self._map_error(exc) from exc
             if response is grpc.aio.EOF:
-                self._failed()
+                self._keepalive_call = None
+                self._failed(drop=False)
                 raise RendezvousConnectionError("etcd closed the lease keep-alive stream")
         self._contact()
         if response.TTL <= 0:
@@ -439,7 +456,7 @@ class _WatchStream:
         except grpc.aio.AioRpcError as exc:
             self._fail(self._client._map_error(exc))
         except Exception as exc:
-            self._client._failed()
+            self._client._failed(drop=False)
             self._fail(exc)
 
     def _fail(self, error: Exception) -> None:
@@ -464,8 +481,8 @@ class _WatchStream:
             created = await asyncio.wait_for(future, self._client.request_timeout)
         except TimeoutError as exc:
             self._queues.pop(wid, None)
-            self._client._failed()
-            self.close()
+            self._client._failed(drop=False)
+            self.close()  # the client opens a new stream on the next watch
             raise RendezvousConnectionError("etcd did not create the watch in time") from exc
         except grpc.aio.AioRpcError as exc:
             self._queues.pop(wid, None)

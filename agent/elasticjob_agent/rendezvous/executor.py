@@ -16,8 +16,6 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Protocol, TypeVar
 
-from aetcd import rpc
-
 from elasticjob_agent.etcd.client import (
     EtcdClient,
     EtcdRequestError,
@@ -25,6 +23,7 @@ from elasticjob_agent.etcd.client import (
     cmp_mod,
     cmp_value,
     cmp_version,
+    is_put,
     op_delete,
     op_put,
     op_range,
@@ -373,7 +372,7 @@ class Executor:
             assert action.deadline is not None
             events = await self._wait(snap.revision, action.deadline)
             completion = [
-                e for e in events if e.type == rpc.Event.PUT and bytes(e.kv.key) == k.complete(p)
+                e for e in events if is_put(e) and bytes(e.kv.key) == k.complete(p)
             ]
             if completion and len(events) == 1 and not snap.waiting:
                 # The usual wake-up: our round completed. The completion txn compared the

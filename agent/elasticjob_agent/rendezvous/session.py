@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -24,7 +25,7 @@ T = TypeVar("T")
 
 
 class LeaseKeeper:
-    """One lease with TTL ``ttl``, refreshed every ``ttl / 3`` s while it lives.
+    """One lease with TTL ``ttl``, refreshed every ``ttl / 4`` to ``ttl / 3`` s while it lives.
 
     ``current()`` grants a lease when there is none (first use, or after ``lost()``), so an etcd
     that was wiped or a lease that expired during an outage is replaced on the next request.
@@ -56,7 +57,8 @@ class LeaseKeeper:
     async def _keep_alive(self) -> None:
         failing = False
         while True:
-            await asyncio.sleep(self.ttl / 3)
+            # Jitter: agents that started together must not refresh in lockstep.
+            await asyncio.sleep(self.ttl * random.uniform(0.25, 1 / 3))
             lease = self._id
             if lease is None:
                 continue

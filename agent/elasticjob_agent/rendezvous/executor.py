@@ -371,9 +371,7 @@ class Executor:
         if action.kind is Kind.WAIT:
             assert action.deadline is not None
             events = await self._wait(snap.revision, action.deadline)
-            completion = [
-                e for e in events if is_put(e) and bytes(e.kv.key) == k.complete(p)
-            ]
+            completion = [e for e in events if is_put(e) and bytes(e.kv.key) == k.complete(p)]
             if completion and len(events) == 1 and not snap.waiting:
                 # The usual wake-up: our round completed. The completion txn compared the
                 # pointer and the closed flag, so the rest of the snapshot still holds; whether

@@ -96,12 +96,38 @@ class Launcher:
             return []
 
     def kill_node(self) -> None:
+        """SIGKILL the launcher and every descendant, as when the machine or pod dies
+        (torchrun starts its workers in their own sessions, so a group kill misses them)."""
+        victims = _descendants(self.proc.pid)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
+        for pid in victims:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
     def close(self) -> None:
         self.kill_node()
         self.proc.wait(10)
+
+
+def _descendants(pid: int) -> list[int]:
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        current = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{current}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                children = Path(f"/proc/{current}/task/{tid}/children").read_text().split()
+            except OSError:
+                continue
+            for child in children:
+                found.append(int(child))
+                todo.append(int(child))
+    return found
 
 
 def _python_children(launcher: Launcher) -> list[int]:

@@ -41,7 +41,8 @@ from elasticjob_agent.standalone import EmbeddedEtcd  # noqa: E402
 
 TRAIN = REPO / "examples" / "train.py"
 BIN = Path(sys.executable).parent
-RECOVERY_CAP = 300.0
+RECOVERY_CAP = 180.0
+STEADY = 20.0
 START = re.compile(rb"start step=\d+ rank=(\d+) world_size=(\d+)")
 
 
@@ -220,7 +221,9 @@ def one_run(
             nodes.append(launch(1))
         full = 2 * len(nodes)
         _wait(nodes, 0.0, full, 600)
-        time.sleep(2.0)  # training steady
+        # Training steady for a while (failures rarely strike right after a start): both
+        # launchers get the same time to settle, e.g. our spare workers to finish importing.
+        time.sleep(STEADY)
         if scenario in ("worker", "single"):
             victims = _python_children(nodes[-1])
             if not victims:

@@ -230,7 +230,7 @@ def _recreated(
             j["status"].get("etcd", {}).get("seededGeneration") == 1
             and condition(j, "Stalled").get("status") == "False"
         ),
-        timeout=120,
+        timeout=240,
     )
     assert job["status"]["etcd"]["generation"] == 1
     assert by_reason(job).get("etcd-recovered") == 1
@@ -278,7 +278,7 @@ def test_unrecoverable_external_etcd_fails_after_the_stall_timeout_with_every_po
     cluster: LocalCluster, ns: str, operator: OperatorProcess
 ) -> None:
     cluster.kubectl("apply", "-n", ns, "-f", "-", input=ETCD_POD)
-    cluster.wait_pod_phase(ns, "shared-etcd", "Running")
+    cluster.wait_pod_phase(ns, "shared-etcd", "Running", timeout=180)
     endpoint = f"shared-etcd.{ns}.svc:2379"
     _start(
         cluster,

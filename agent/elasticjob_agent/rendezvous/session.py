@@ -138,5 +138,6 @@ class EtcdSession:
         self._closed = True
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=5)
-        # The loop is stopped, not closed: grpc's poller may still post a late callback to it,
-        # which must not fail on a closed loop.
+        if not self._thread.is_alive():
+            # Closing the loop lets grpc's asyncio layer bind to the next loop of this process.
+            self.loop.close()

@@ -47,8 +47,14 @@ cluster-up: cluster-build
 cluster-down: setup
 	@PYTHONPATH=localcluster $(PY) -m elasticjob_localcluster down
 
-bench: setup
+# Each benchmark prints its table and ratio against a peer measured in the same run;
+# bench/RESULTS.md records the results with the command of each. Operator and cluster benchmarks
+# need the local cluster (the operator bench starts one unless ELASTICJOB_BENCH_CLUSTER names one).
+bench: setup cluster-build
 	$(PY) bench/rendezvous_bench.py
+	$(PY) bench/recovery_bench.py
+	$(PY) bench/cluster_start_bench.py
+	$(PY) bench/operator_bench.py
 
 # Copy crds/ and dashboards/ (the one sources) into the chart.
 sync-chart:

@@ -18,6 +18,8 @@ from contextlib import ExitStack
 from pathlib import Path
 from types import FrameType
 
+# First: it must run before anything imports grpc (etcd_link does).
+from elasticjob_agent._fork_safe_grpc import worker_environ
 from elasticjob_agent.agent_status import AgentStatus
 from elasticjob_agent.args import AgentArgs, UsageError, parse_args, resolve_nproc
 from elasticjob_agent.etcd_link import EtcdLink, parse_endpoints
@@ -165,7 +167,7 @@ def run(args: AgentArgs) -> int:
         python = os.environ.get("PYTHON_EXEC", sys.executable)
         warm: WarmLaunch | None = None
         if args.warm_workers:
-            pool = WarmPool(python, _spare_env(os.environ, nproc), nproc)
+            pool = WarmPool(python, _spare_env(worker_environ(os.environ), nproc), nproc)
             stack.callback(pool.close)
             pool.fill()  # imports torch while the first rendezvous runs
             script = args.training_script
@@ -210,7 +212,7 @@ def run(args: AgentArgs) -> int:
             status=status,
             metrics=metrics,
             events=events,
-            environ=os.environ,
+            environ=worker_environ(os.environ),
             etcd_unreachable_since=lambda: link.status().unreachable_since,
         )
 

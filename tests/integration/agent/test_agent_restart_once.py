@@ -1,0 +1,95 @@
+"""A node that leaves or dies restarts the group once for the job, whatever every agent sees.
+
+Real agents, real gloo workers, real etcd: when one of three nodes goes away, the survivors'
+workers fail (their peer is gone) and they re-form; neither those failures nor a failure of the
+freshly re-formed group while it connects may be counted as extra restarts, and no worker may
+die at start-up for reasons of the agent's own (see ``elasticjob_agent._fork_safe_grpc``).
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agent_harness import TRAIN, Agent, job_counts, pid_alive, rdzv_flags, wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
+
+Spawn = Callable[..., Agent]
+
+# Long enough that training outlives the test; the fixture kills the agents at the end.
+_STEPS = "100000"
+
+
+def _three_agents(
+    ep: str, spawn_agent: Spawn, tmp_path: Path, *extra: str
+) -> tuple[str, list[Agent]]:
+    run_id = f"t-{uuid.uuid4().hex[:10]}"
+    flags = [*rdzv_flags(ep, run_id, "2:3"), "--nproc-per-node", "1", "--max-restarts", "3"]
+    flags += extra
+    train = [
+        str(TRAIN),
+        "--steps", _STEPS,
+        "--step-sleep", "0.05",
+        "--checkpoint-every", "20",
+        "--checkpoint-dir", str(tmp_path / "ckpt"),
+    ]  # fmt: skip
+    agents = [spawn_agent(n, [*flags, *train]) for n in ("a", "b", "c")]
+    for agent in agents:
+        agent.wait_running(world_size=3, timeout=240)
+    # Mid-training: every rank has taken steps together.
+    wait_for((tmp_path / "ckpt" / "step-20.pt").exists, 180, "the first checkpoint")
+    assert job_counts(ep, run_id) == {}
+    return run_id, agents
+
+
+def _settled(survivors: list[Agent], ep: str, run_id: str) -> dict[str, int]:
+    """Wait until the survivors train together again, then a while longer for late counts."""
+    for agent in survivors:
+        agent.wait_running(world_size=2, timeout=240)
+    rounds = {agent.name: agent.status()["round"] for agent in survivors}  # type: ignore[index]
+    time.sleep(8)
+    for agent in survivors:
+        status = agent.status()
+        assert status is not None and status["state"] == "Running", (agent.name, status)
+        assert status["round"] == rounds[agent.name], (agent.name, rounds, status)
+    return job_counts(ep, run_id)
+
+
+def _stopped(log: str) -> list[str]:
+    return [line for line in log.splitlines() if "event=group_stopped" in line]
+
+
+def test_deleted_node_counts_one_preemption(
+    etcd_server_session: Any, spawn_agent: Spawn, tmp_path: Path
+) -> None:
+    ep = etcd_server_session.endpoint
+    run_id, (a, b, c) = _three_agents(ep, spawn_agent, tmp_path)
+
+    c.signal(signal.SIGTERM)
+    assert c.wait_exit(60) == 143, c.log()[-3000:]
+    counts = _settled([a, b], ep, run_id)
+    detail = "\n".join(_stopped(a.log()) + _stopped(b.log()) + _stopped(c.log()))
+    assert counts == {"preemption": 1}, f"{counts}\n{detail}"
+
+
+def test_lost_node_counts_one_restart(
+    etcd_server_session: Any, spawn_agent: Spawn, tmp_path: Path
+) -> None:
+    ep = etcd_server_session.endpoint
+    # Cold starts only: every worker is forked by the agent while its etcd client is busy
+    # (a fork that crashed with SIGSEGV under load used to count as an extra failure).
+    run_id, (a, b, c) = _three_agents(ep, spawn_agent, tmp_path, "--warm-workers", "0")
+
+    c.signal(signal.SIGKILL)
+    c.wait_exit(30)
+    wait_for(lambda: not any(pid_alive(p) for p in c.seen_pids), 30, "c's workers to die")
+    counts = _settled([a, b], ep, run_id)
+    detail = "\n".join(_stopped(a.log()) + _stopped(b.log()))
+    assert sum(counts.values()) == 1, f"{counts}\n{detail}"
+    assert set(counts) <= {"failure", "membership"}, f"{counts}\n{detail}"

@@ -41,6 +41,9 @@ _UNREACHABLE = {
     grpc.StatusCode.CANCELLED,
     grpc.StatusCode.UNKNOWN,
 }
+# How many request deadlines with no answer at all make a connection count as broken.
+_SILENT_LINK_DEADLINES = 3
+
 _CHANNEL_OPTIONS = (
     # Notice a silently dead connection (no RST, e.g. a cut network) within ~15 s while a call
     # (the watch or keep-alive stream) is open; etcd refuses pings without calls ("too_many_pings").
@@ -242,9 +245,16 @@ class EtcdClient:
         """Record a failed request. ``drop``: the connection itself is broken (not merely a
         slow or overloaded etcd), so close it and move to the next endpoint. Dropping a healthy
         connection under load would only add a reconnect storm to the overload."""
+        now = self._clock()
         if self._unreachable_since is None:
-            self._unreachable_since = self._clock()
-        if not drop:
+            self._unreachable_since = now
+        # A link cut under an established connection shows only as client-side deadlines (the
+        # packets vanish): past a few deadlines without any answer, treat the connection as
+        # broken, so the next call re-resolves the name (a recreated etcd has a new address).
+        if (
+            not drop
+            and now - self._unreachable_since < _SILENT_LINK_DEADLINES * self.request_timeout
+        ):
             return
         stream, self._stream = self._stream, None
         if stream is not None:

@@ -12,7 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from elasticjob_agent.etcd_link import Endpoint, parse_endpoints
+from elasticjob_agent.etcd.endpoints import Endpoint
+from elasticjob_agent.etcd_link import parse_endpoints
 from elasticjob_agent.protocol.health import DEFAULT_HEALTH_PORT
 from elasticjob_agent.protocol.keys import DEFAULT_PREFIX, validate_run_id
 

@@ -13,11 +13,13 @@ import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import aetcd
 import aetcd.exceptions
+
+from elasticjob_agent.etcd.client import Reachability
+from elasticjob_agent.etcd.endpoints import Endpoint
 
 logger = logging.getLogger(__name__)
 
@@ -35,17 +37,11 @@ class EtcdUnavailableError(ConnectionError):
     """etcd did not answer within the call's deadline (or refused the connection)."""
 
 
-@dataclass(frozen=True)
-class Endpoint:
-    host: str
-    port: int
-
-    def __str__(self) -> str:
-        return f"{self.host}:{self.port}"
-
-
 def parse_endpoints(text: str) -> tuple[Endpoint, ...]:
     """Parse ``host:port[,host:port...]`` (an ``http://`` scheme is tolerated).
+
+    Stricter than ``elasticjob_agent.etcd.parse_endpoints`` for the command line: the port is
+    required and TLS endpoints are refused.
 
     Raises ``ValueError`` naming the bad item.
     """
@@ -64,15 +60,6 @@ def parse_endpoints(text: str) -> tuple[Endpoint, ...]:
             )
         endpoints.append(Endpoint(host.strip("[]"), int(port)))
     return tuple(endpoints)
-
-
-@dataclass(frozen=True)
-class Reachability:
-    """What we know about etcd from our own calls (Unix times)."""
-
-    reachable: bool
-    last_contact: float | None
-    unreachable_since: float | None
 
 
 class EtcdLink:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from elasticjob_agent.args import UsageError, parse_args, parse_rdzv_conf, resolve_nproc
-from elasticjob_agent.etcd_link import Endpoint
+from elasticjob_agent.etcd.endpoints import Endpoint
 
 BASE = ["--rdzv-endpoint", "127.0.0.1:2379", "--rdzv-id", "job1"]
 

@@ -121,6 +121,15 @@ class EtcdServer:
     def stop(self) -> None:
         self._signal(signal.SIGTERM)
 
+    def freeze(self) -> None:
+        """SIGSTOP: connections stay open but nothing answers, like a link cut mid-stream."""
+        assert self._proc is not None
+        self._proc.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        assert self._proc is not None
+        self._proc.send_signal(signal.SIGCONT)
+
     def kill(self) -> None:
         self._signal(signal.SIGKILL)
 

@@ -13,6 +13,9 @@ Contract:
   drops the channel; the next request opens a new channel to the next endpoint, resolving its
   host name again (a Kubernetes Service may now point to a new pod). Retrying is the caller's
   business (``retry_until``).
+- A request in flight on a connection that another request dropped is cancelled by grpc; it
+  raises ``RendezvousConnectionError`` too. Only a cancellation of the caller's own task
+  propagates as ``CancelledError``.
 - ``LeaseNotFoundError``: the lease is gone (expired, revoked, or etcd was wiped).
 - Any other error from etcd raises ``EtcdRequestError``.
 """
@@ -171,6 +174,18 @@ def op_range(key: bytes, range_end: bytes = b"", **kwargs: Any) -> Any:
     return rpc.RequestOp(request_range=range_request(key, range_end, **kwargs))
 
 
+def _dropped_under(exc: asyncio.CancelledError) -> RendezvousConnectionError:
+    """Tell a call cancelled because its channel was closed from a cancelled caller.
+
+    grpc cancels every call of a closed channel with ``CancelledError``, exactly what a cancelled
+    task sees; the task knows which it is (``cancelling()``). Re-raises the caller's own cancel.
+    """
+    task = asyncio.current_task()
+    if task is None or task.cancelling():
+        raise exc
+    return RendezvousConnectionError("the etcd connection was dropped during the request")
+
+
 class EtcdClient:
     """One logical connection to an etcd cluster (see the module docstring for the contract)."""
 
@@ -292,6 +307,8 @@ class EtcdClient:
             response = await getattr(stub, method)(request, timeout=self.request_timeout)
         except grpc.aio.AioRpcError as exc:
             raise self._map_error(exc) from exc
+        except asyncio.CancelledError as exc:
+            raise _dropped_under(exc) from exc
         self._contact()
         return response
 
@@ -378,6 +395,10 @@ class EtcdClient:
             except grpc.aio.AioRpcError as exc:
                 self._keepalive_call = None
                 raise self._map_error(exc) from exc
+            except asyncio.CancelledError as exc:
+                if self._keepalive_call is call:
+                    self._keepalive_call = None
+                raise _dropped_under(exc) from exc
             if response is grpc.aio.EOF:
                 self._keepalive_call = None
                 self._failed(drop=False)
@@ -439,11 +460,12 @@ class _WatchStream:
         self._created: dict[int, asyncio.Future[Any]] = {}
         self._next_id = 1
         self.error: Exception | None = None
+        self._closed = False
         self._reader = asyncio.get_running_loop().create_task(self._read())
 
     @property
     def alive(self) -> bool:
-        return self.error is None and not self._reader.done()
+        return self.error is None and not self._closed and not self._reader.done()
 
     async def _read(self) -> None:
         try:
@@ -462,7 +484,11 @@ class _WatchStream:
                 if queue is not None:
                     queue.put_nowait(response)
         except asyncio.CancelledError:
-            raise
+            # Closed by us or with its channel: either way the watchers must hear of it.
+            self._fail(RendezvousConnectionError("the etcd watch stream was closed"))
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise
         except grpc.aio.AioRpcError as exc:
             self._fail(self._client._map_error(exc))
         except Exception as exc:
@@ -497,6 +523,9 @@ class _WatchStream:
         except grpc.aio.AioRpcError as exc:
             self._queues.pop(wid, None)
             raise self._client._map_error(exc) from exc
+        except asyncio.CancelledError as exc:
+            self._queues.pop(wid, None)
+            raise _dropped_under(exc) from exc
         except BaseException:
             self._queues.pop(wid, None)
             raise
@@ -508,11 +537,15 @@ class _WatchStream:
     async def cancel(self, wid: int) -> None:
         if self._queues.pop(wid, None) is None or not self.alive:
             return
-        with contextlib.suppress(grpc.aio.AioRpcError, grpc.aio.UsageError):
+        # A stream closed under us refuses writes (InvalidStateError): nothing left to cancel.
+        with contextlib.suppress(
+            grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError
+        ):
             request = rpc.WatchRequest(cancel_request=rpc.WatchCancelRequest(watch_id=wid))
             await self._call.write(request)
 
     def close(self) -> None:
+        self._closed = True
         self._reader.cancel()
         self._call.cancel()
 

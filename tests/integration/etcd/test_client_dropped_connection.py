@@ -1,0 +1,91 @@
+"""The shared etcd client when one request drops the connection under others in flight.
+
+A link that answers nothing is dropped after a few silent deadlines; grpc then cancels every
+other call on that channel with ``CancelledError``. Those calls must surface as the documented
+``RendezvousConnectionError`` (which callers retry), not as a cancellation of their task: that
+leaked out of ``next_rendezvous`` once (random schedules, seed 1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+import pytest
+from elasticjob_agent.etcd.client import EtcdClient
+from elasticjob_agent.rendezvous import RendezvousConnectionError
+
+from tests.integration.conftest import EtcdServer
+
+TIMEOUT = 0.5
+
+
+async def _requests_until(client: EtcdClient, stop_at: float, seen: list[BaseException]) -> None:
+    while time.monotonic() < stop_at:
+        try:
+            await client.range(b"k")
+        except RendezvousConnectionError as exc:
+            seen.append(exc)
+
+
+@pytest.mark.timeout(60)
+async def test_calls_on_a_dropped_connection_raise_connection_errors(
+    etcd_server: EtcdServer,
+) -> None:
+    client = EtcdClient(etcd_server.endpoint, request_timeout=TIMEOUT)
+    await client.prepare()
+    etcd_server.freeze()
+    try:
+        stop_at = time.monotonic() + 8 * TIMEOUT
+        seen: list[BaseException] = []
+        # Staggered callers: whenever one hits the deadline that drops the channel, another is
+        # in flight on it.
+        callers = []
+        for _ in range(4):
+            callers.append(asyncio.create_task(_requests_until(client, stop_at, seen)))
+            await asyncio.sleep(TIMEOUT / 4)
+        results = await asyncio.gather(*callers, return_exceptions=True)
+    finally:
+        etcd_server.thaw()
+    assert results == [None] * 4, f"a caller died with {results!r}"
+    dropped = [e for e in seen if "dropped during the request" in str(e)]
+    assert dropped, f"no call was in flight when the channel dropped: {seen!r}"
+    assert not client.reachability().reachable
+    await client.range(b"k")  # and it reconnects once etcd answers again
+    assert client.reachability().reachable
+    await client.close()
+
+
+@pytest.mark.timeout(60)
+async def test_a_watch_hears_when_its_stream_is_dropped(etcd_server: EtcdServer) -> None:
+    client = EtcdClient(etcd_server.endpoint, request_timeout=TIMEOUT)
+    await client.prepare()
+    async with client.watch(b"w") as watch:
+        etcd_server.freeze()
+        try:
+            waiting = asyncio.create_task(watch.next(within=None))
+            # Silent deadlines until the client drops the channel, and the watch stream with it.
+            while client.reachability().reachable or client._channel is not None:
+                with contextlib.suppress(RendezvousConnectionError):
+                    await client.range(b"k")
+            with pytest.raises(RendezvousConnectionError):
+                await asyncio.wait_for(waiting, 1.0)
+        finally:
+            etcd_server.thaw()
+    await client.close()
+
+
+async def test_cancelling_the_caller_still_cancels(etcd_server: EtcdServer) -> None:
+    client = EtcdClient(etcd_server.endpoint, request_timeout=5)
+    await client.prepare()
+    etcd_server.freeze()
+    try:
+        task = asyncio.create_task(client.range(b"k"))
+        await asyncio.sleep(0.2)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    finally:
+        etcd_server.thaw()
+    await client.close()

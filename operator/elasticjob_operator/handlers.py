@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 import aiohttp
 import kopf
@@ -22,6 +23,8 @@ from .observed import node_lost, pod_view
 from .reconciler import JobLoop, OwnedPod, owned_pod
 from .settings import OperatorSettings
 from .spec import SpecError
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -138,12 +141,17 @@ async def reconcile_job(
             interval = settings.loop.interval
             if failed_spec_generation != generation:
                 try:
-                    result = await loop.step(
-                        body,
-                        list(pods_index.get((namespace, name), [])),
-                        frozenset(n for n, lost in _flatten(nodes_index) if lost),
-                        frozenset(services_index.get((namespace, name), [])),
+                    result = await _unless_stopped(
+                        stopped,
+                        loop.step(
+                            body,
+                            list(pods_index.get((namespace, name), [])),
+                            frozenset(n for n, lost in _flatten(nodes_index) if lost),
+                            frozenset(services_index.get((namespace, name), [])),
+                        ),
                     )
+                    if result is None:
+                        break
                     interval = result.next_interval
                     backoff = settings.loop.interval
                     if result.delete_requested:
@@ -175,6 +183,26 @@ async def reconcile_job(
 
 def _flatten(index: kopf.Index[str, bool]) -> list[tuple[str, bool]]:
     return [(node, lost) for node, store in index.items() for lost in store]
+
+
+async def _unless_stopped(stopped: kopf.DaemonStopped, step: Awaitable[T]) -> T | None:
+    """``step``'s result, or ``None`` once the daemon is asked to stop (the step is cancelled).
+
+    A step can wait seconds on probes of pods that are going away; a deleted job must not wait
+    for them (every write of a step is idempotent, so cutting one short loses nothing).
+    """
+    work = asyncio.ensure_future(step)
+    stop = asyncio.ensure_future(stopped.wait())
+    try:
+        await asyncio.wait({work, stop}, return_when=asyncio.FIRST_COMPLETED)
+        if work.done():
+            return work.result()
+    finally:
+        stop.cancel()
+        if not work.done():
+            work.cancel()
+    await asyncio.wait({work})  # let the cancelled step unwind (its error is moot)
+    return None
 
 
 async def _sleep(stopped: kopf.DaemonStopped, wake: asyncio.Event, seconds: float) -> None:

@@ -23,6 +23,7 @@ class StatusFields:
     world_size: int | None = None
     restarts_by_reason: Mapping[str, int] = field(default_factory=dict)
     waiting_since: float | None = None
+    last_rendezvous_seconds: float | None = None
     last_progress: float | None = None
     workers: tuple[WorkerStatus, ...] = ()
     exit_reason: str | None = None
@@ -88,6 +89,7 @@ class AgentStatus:
             restarts_by_reason=dict(f.restarts_by_reason),
             max_restarts=self._max_restarts,
             waiting_since=f.waiting_since,
+            last_rendezvous_seconds=f.last_rendezvous_seconds,
             last_progress=last_progress,
             workers=f.workers,
             worst_case_time_to_fail_seconds=self._worst,

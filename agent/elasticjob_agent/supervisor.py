@@ -207,6 +207,7 @@ class Supervisor:
             world_size=assignment.global_world_size,
             restarts_by_reason=counts.full(),
             waiting_since=None,
+            last_rendezvous_seconds=rdzv_seconds,
             last_progress=now,
             workers=tuple(WorkerStatus(lr, pid, None) for lr, pid in sorted(pids.items())),
         )

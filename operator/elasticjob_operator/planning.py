@@ -657,8 +657,13 @@ def _summarize(draft: _Draft, spec: JobSpec, observed: Observed, now: float) -> 
         (r.waiting_since for r in waiting if r.waiting_since is not None), default=None
     )
     last_duration = status.last_rendezvous_seconds
-    if top_round > status.round and status.rendezvous_waiting_since is not None:
-        last_duration = max(0.0, now - status.rendezvous_waiting_since)
+    if top_round > status.round:
+        # The agents' own figures first: a quick rendezvous can start and end between two polls.
+        reported = [r.last_rendezvous_seconds for r in in_round]
+        if any(d is not None for d in reported):
+            last_duration = max(d for d in reported if d is not None)
+        elif status.rendezvous_waiting_since is not None:
+            last_duration = max(0.0, now - status.rendezvous_waiting_since)
     current = _current_workers(observed.workers, status.attempts)
     replicas = sum(1 for p in current.values() if not p.terminal and not p.deleting)
     if in_round:

@@ -70,6 +70,9 @@ class HealthReport:
     max_restarts: int = 0
     waiting_since: float | None = None
     """Unix time the agent entered the current rendezvous; ``None`` when not in one."""
+    last_rendezvous_seconds: float | None = None
+    """How long this agent waited in the rendezvous that formed ``round`` (the operator takes
+    the longest over the group: a rendezvous that completes between two polls is not missed)."""
     last_progress: float | None = None
     """Unix time of the last sign of life from a worker (start, or a timer heartbeat)."""
     workers: tuple[WorkerStatus, ...] = ()
@@ -96,6 +99,7 @@ class HealthReport:
                 "endpoints": list(self.etcd.endpoints),
             },
             "waitingSince": self.waiting_since,
+            "lastRendezvousSeconds": self.last_rendezvous_seconds,
             "lastProgress": self.last_progress,
             "workers": [
                 {"localRank": w.local_rank, "pid": w.pid, "exitCode": w.exit_code}
@@ -142,6 +146,7 @@ class HealthReport:
                 },
                 max_restarts=_typed(data, "maxRestarts", int),
                 waiting_since=_opt_num(data, "waitingSince"),
+                last_rendezvous_seconds=_opt_num(data, "lastRendezvousSeconds"),
                 last_progress=_opt_num(data, "lastProgress"),
                 workers=tuple(
                     WorkerStatus(

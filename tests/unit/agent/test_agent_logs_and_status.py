@@ -27,9 +27,15 @@ def test_status_report_round_trips_through_the_schema() -> None:
         progress=lambda: 99.0,
         clock=lambda: now[0],
     )
-    status.update(state=AgentState.RUNNING, round=2, restarts_by_reason={"failure": 1})
+    status.update(
+        state=AgentState.RUNNING,
+        round=2,
+        restarts_by_reason={"failure": 1},
+        last_rendezvous_seconds=0.75,
+    )
     report = HealthReport.loads(status.report().dumps())
     assert report.state is AgentState.RUNNING
+    assert report.last_rendezvous_seconds == 0.75
     assert report.round == 2 and report.restarts_total == 1
     assert report.etcd.reachable is False and report.etcd.unreachable_since == 95.0
     assert report.last_progress == 99.0

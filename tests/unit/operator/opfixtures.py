@@ -62,6 +62,7 @@ def report(
     etcd_reachable: bool = True,
     unreachable_since: float | None = None,
     waiting_since: float | None = None,
+    last_rendezvous_seconds: float | None = None,
     run_id: str = RUN_ID,
 ) -> HealthReport:
     return HealthReport(
@@ -76,6 +77,7 @@ def report(
         restarts_total=sum((restarts or {}).values()),
         restarts_by_reason=restarts or {},
         waiting_since=waiting_since,
+        last_rendezvous_seconds=last_rendezvous_seconds,
     )
 
 

@@ -345,7 +345,20 @@ def test_reports_of_another_run_are_ignored() -> None:
     assert result.status.restarts == {}
 
 
+def test_rendezvous_duration_comes_from_the_agents_when_they_report_it() -> None:
+    # The whole rendezvous fell between two polls: the operator never saw anyone waiting.
+    cluster = Cluster()
+    status = _started(cluster)
+    running = {
+        "demo-worker-0-0": report("demo-worker-0-0", round_=1, last_rendezvous_seconds=0.4),
+        "demo-worker-1-0": report("demo-worker-1-0", round_=1, last_rendezvous_seconds=1.25),
+    }
+    result = step(cluster, status, job_spec(), T0 + 5, etcd_reachable=True, reports=running)
+    assert result.status.last_rendezvous_seconds == 1.25
+
+
 def test_rendezvous_duration_is_measured_from_the_first_waiting_agent() -> None:
+    # Agents of an older version do not report their own figure.
     cluster = Cluster()
     status = _started(cluster)
     waiting = {

@@ -1,9 +1,13 @@
 """A small synchronous view of etcd for the agent (restart counters, reachability probe).
 
 The rendezvous owns its own etcd client; the agent's supervisor is synchronous (like torch's
-agent), so this module runs an ``aetcd`` client on a private event loop in a daemon thread and
+agent), so this module runs an ``EtcdClient`` on a private event loop in a daemon thread and
 exposes blocking calls with a per-call deadline. Every call updates the reachability record
 (``status()``), which the health report shows: etcd cannot say that it is gone, we can.
+
+It is the same client as the rendezvous's on purpose: a connection that goes silent (a cut
+network, a deleted pod) is dropped after a few deadlines and the next call resolves the Service
+name again, so the probe and the restart counter find a recreated etcd at its new address.
 """
 
 from __future__ import annotations
@@ -15,26 +19,22 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-import aetcd
-import aetcd.exceptions
-
-from elasticjob_agent.etcd.client import Reachability
+from elasticjob_agent.etcd.client import (
+    EtcdClient,
+    EtcdRequestError,
+    Reachability,
+    prefix_end,
+)
 from elasticjob_agent.etcd.endpoints import Endpoint
+from elasticjob_agent.rendezvous.errors import RendezvousConnectionError
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-# gRPC's default reconnect back-off grows to minutes; an agent must notice a returning etcd fast.
-_CHANNEL_OPTIONS = {
-    "grpc.initial_reconnect_backoff_ms": 200,
-    "grpc.min_reconnect_backoff_ms": 200,
-    "grpc.max_reconnect_backoff_ms": 1000,
-}
-
 
 class EtcdUnavailableError(ConnectionError):
-    """etcd did not answer within the call's deadline (or refused the connection)."""
+    """etcd did not answer within the call's deadline (or refused the request)."""
 
 
 def parse_endpoints(text: str) -> tuple[Endpoint, ...]:
@@ -63,7 +63,7 @@ def parse_endpoints(text: str) -> tuple[Endpoint, ...]:
 
 
 class EtcdLink:
-    """Blocking etcd calls with deadlines, tried against each endpoint in turn.
+    """Blocking etcd calls with deadlines; the client fails over between endpoints itself.
 
     Thread-safe: calls from any thread are run on the private loop. ``close()`` stops it.
     """
@@ -81,13 +81,12 @@ class EtcdLink:
         self._clock = clock
         self._lock = threading.Lock()
         self._reach = Reachability(True, None, None)
-        self._current = 0
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="etcd-link", daemon=True
         )
         self._thread.start()
-        self._clients: dict[int, aetcd.Client] = {}
+        self._client: EtcdClient | None = None
 
     @property
     def endpoints(self) -> tuple[Endpoint, ...]:
@@ -105,47 +104,39 @@ class EtcdLink:
             elif self._reach.reachable:
                 self._reach = Reachability(False, self._reach.last_contact, now)
 
-    async def _client(self, index: int) -> aetcd.Client:
-        client = self._clients.get(index)
-        if client is None:
-            ep = self._endpoints[index]
-            client = aetcd.Client(
-                ep.host, ep.port, timeout=self._call_timeout, options=dict(_CHANNEL_OPTIONS)
-            )
-            self._clients[index] = client
-        return client
+    def _ensure_client(self, timeout: float) -> EtcdClient:
+        # Created on the loop's thread: grpc's asyncio channels belong to the loop that made them.
+        if self._client is None:
+            self._client = EtcdClient(self._endpoints, request_timeout=timeout)
+        return self._client
 
-    def call(self, op: Callable[[aetcd.Client], Awaitable[T]], timeout: float | None = None) -> T:
-        """Run ``op(client)`` on the loop; try every endpoint once within ``timeout``.
+    def call(self, op: Callable[[EtcdClient], Awaitable[T]], timeout: float | None = None) -> T:
+        """Run ``op(client)`` on the loop within ``timeout`` seconds.
 
-        Raises ``EtcdUnavailableError`` when no endpoint answered.
+        Raises ``EtcdUnavailableError`` when etcd did not answer (or refused the request).
         """
         deadline = timeout if timeout is not None else self._call_timeout
 
         async def attempt() -> T:
-            last: BaseException | None = None
-            for offset in range(len(self._endpoints)):
-                index = (self._current + offset) % len(self._endpoints)
-                try:
-                    client = await self._client(index)
-                    result = await asyncio.wait_for(op(client), deadline)
-                except (aetcd.exceptions.ClientError, TimeoutError, OSError) as exc:
-                    last = exc
-                    continue
-                self._current = index
-                return result
-            raise EtcdUnavailableError(f"etcd at {self._describe()} did not answer: {last!r}")
+            client = self._ensure_client(self._call_timeout)
+            try:
+                return await asyncio.wait_for(op(client), deadline)
+            except TimeoutError:
+                # Our deadline beat grpc's: count it, or a silent link would never be dropped.
+                client.note_silence()
+                raise
 
         future = asyncio.run_coroutine_threadsafe(attempt(), self._loop)
         try:
-            result = future.result(deadline * len(self._endpoints) + 1.0)
-        except EtcdUnavailableError:
-            self._mark(False)
-            raise
-        except TimeoutError as exc:
+            result = future.result(deadline + 1.0)
+        except (RendezvousConnectionError, TimeoutError) as exc:
             future.cancel()
             self._mark(False)
-            raise EtcdUnavailableError(f"etcd at {self._describe()} timed out") from exc
+            raise EtcdUnavailableError(f"etcd at {self._describe()} did not answer: {exc}") from exc
+        except EtcdRequestError as exc:
+            # etcd answered (it is reachable) but refused, e.g. overloaded: retryable all the same.
+            self._mark(True)
+            raise EtcdUnavailableError(f"etcd at {self._describe()} refused: {exc}") from exc
         self._mark(True)
         return result
 
@@ -159,49 +150,33 @@ class EtcdLink:
 
     def get(self, key: str) -> tuple[bytes, int] | None:
         """``(value, mod_revision)`` of ``key``, or ``None`` when absent."""
-
-        async def op(client: aetcd.Client) -> Any:
-            return await client.get(key.encode())
-
-        got = self.call(op)
+        got = self.call(lambda c: c.get(key.encode()))
         if got is None:
             return None
         return bytes(got.value), int(got.mod_revision)
 
     def get_prefix(self, prefix: str) -> dict[str, tuple[bytes, int]]:
         """Every key under ``prefix`` with ``(value, mod_revision)``."""
-
-        async def op(client: aetcd.Client) -> Any:
-            return await client.get_prefix(prefix.encode())
-
-        got = self.call(op)
-        return {bytes(kv.key).decode(): (bytes(kv.value), int(kv.mod_revision)) for kv in got}
+        raw = prefix.encode()
+        got = self.call(lambda c: c.range(raw, prefix_end(raw)))
+        return {bytes(kv.key).decode(): (bytes(kv.value), int(kv.mod_revision)) for kv in got.kvs}
 
     def put(self, key: str, value: bytes) -> None:
-        async def op(client: aetcd.Client) -> Any:
-            return await client.put(key.encode(), value)
+        self.call(lambda c: c.put(key.encode(), value))
 
-        self.call(op)
-
-    def transaction(
-        self,
-        build: Callable[[Any], tuple[list[Any], list[Any]]],
-    ) -> bool:
-        """Run one txn; ``build(transactions)`` returns ``(compare, success)``. True if applied."""
-
-        async def op(client: aetcd.Client) -> Any:
-            compare, success = build(client.transactions)
-            return await client.transaction(compare=compare, success=success, failure=[])
-
-        succeeded, _ = self.call(op)
-        return bool(succeeded)
+    def transaction(self, compare: Sequence[Any], success: Sequence[Any]) -> bool:
+        """Run one txn built with ``elasticjob_agent.etcd.client``'s ``cmp_*``/``op_*``
+        helpers; True if its compares held and ``success`` was applied."""
+        response = self.call(lambda c: c.txn(compare, success))
+        return bool(response.succeeded)
 
     def _describe(self) -> str:
         return ",".join(str(e) for e in self._endpoints)
 
     def close(self) -> None:
         async def shutdown() -> None:
-            for client in self._clients.values():
+            client, self._client = self._client, None
+            if client is not None:
                 try:
                     await client.close()
                 except Exception:  # closing a half-dead channel must not mask the exit path

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from elasticjob_agent.etcd.client import cmp_create, cmp_mod, op_put
 from elasticjob_agent.etcd_link import EtcdLink, EtcdUnavailableError
 from elasticjob_agent.protocol.keys import JobKeys, RestartReason
 from elasticjob_agent.restart_budget import (
@@ -114,22 +115,18 @@ class JobRestartCounter:
                 new.by_reason if seed is not None else {reason.value: new.by_reason[reason.value]}
             )
 
-            def build(tx: Any) -> tuple[list[Any], list[Any]]:
-                compare = [tx.create(event_key.encode()) == 0]
-                for r in RestartReason:
-                    key = self._keys.restart_counter(r)
-                    compare.append(tx.mod(key.encode()) == revisions.get(key, 0))
-                if seed is not None:
-                    compare.append(tx.mod(self._keys.restart_seed.encode()) == seed[1])
-                success = [
-                    tx.put(event_key.encode(), encode_event(reason, self._node, time.time()))
-                ]
-                for name, value in to_write.items():
-                    key = self._keys.restart_counter(RestartReason(name))
-                    success.append(tx.put(key.encode(), str(value).encode()))
-                return compare, success
+            compare = [cmp_create(event_key.encode(), "==", 0)]
+            for r in RestartReason:
+                key = self._keys.restart_counter(r)
+                compare.append(cmp_mod(key.encode(), "==", revisions.get(key, 0)))
+            if seed is not None:
+                compare.append(cmp_mod(self._keys.restart_seed.encode(), "==", seed[1]))
+            success = [op_put(event_key.encode(), encode_event(reason, self._node, time.time()))]
+            for name, value in to_write.items():
+                key = self._keys.restart_counter(RestartReason(name))
+                success.append(op_put(key.encode(), str(value).encode()))
 
-            if self._link.transaction(build):
+            if self._link.transaction(compare, success):
                 return Recorded(True, reason, new)
             return None  # lost a race: read again
 

@@ -283,6 +283,10 @@ class EtcdClient:
         if channel is not None:
             asyncio.get_running_loop().create_task(channel.close())
 
+    def note_silence(self) -> None:
+        """Record a request the caller gave up on before its grpc deadline (no answer)."""
+        self._failed(drop=False)
+
     def _map_error(self, exc: grpc.aio.AioRpcError) -> Exception:
         code = exc.code()
         details = exc.details() or ""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -106,5 +107,31 @@ def test_unreachable_etcd_is_reported_and_bounded(etcd_server: Any) -> None:
         etcd_server.start()
         assert counter.record(0, RestartReason.FAILURE).counted
         assert link.status().reachable
+    finally:
+        link.close()
+
+
+
+def test_a_silent_connection_is_given_up(etcd_server: Any) -> None:
+    """A cut network answers nothing and sends no reset. The link must give the connection up
+    after a few deadlines, so that the next call resolves the Service name again and reaches a
+    recreated etcd at its new address, instead of waiting out TCP's retransmissions (~15 min)
+    on the old one. A frozen etcd is silent the same way."""
+    link = EtcdLink(parse_endpoints(etcd_server.endpoint), call_timeout=0.5)
+    try:
+        assert link.probe(timeout=0.5)
+        first = link._client._channel if link._client else None
+        assert first is not None
+        etcd_server.freeze()
+        try:
+            deadline = time.monotonic() + 10
+            while link._client is not None and link._client._channel is first:
+                assert not link.probe(timeout=0.5)
+                assert time.monotonic() < deadline, "the silent connection was kept"
+            assert not link.status().reachable
+        finally:
+            etcd_server.thaw()
+        assert link.probe(timeout=2.0)
+        assert link._client is not None and link._client._channel is not first
     finally:
         link.close()

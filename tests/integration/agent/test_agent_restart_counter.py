@@ -111,7 +111,6 @@ def test_unreachable_etcd_is_reported_and_bounded(etcd_server: Any) -> None:
         link.close()
 
 
-
 def test_a_silent_connection_is_given_up(etcd_server: Any) -> None:
     """A cut network answers nothing and sends no reset. The link must give the connection up
     after a few deadlines, so that the next call resolves the Service name again and reaches a

@@ -5,7 +5,8 @@ Everything after the local cluster is up (``make cluster-up``):
 1. ``helm upgrade --install`` the operator chart and wait for the operator;
 2. ``kubectl apply`` the job (``examples/elasticjob.yaml`` by default);
 3. print one line per change of the job's phase, nodes, round, world size, restarts or stall;
-4. once it trains, kill one worker's trainer container (a failure: spends one restart);
+4. once it trains, SIGKILL one training process of one worker pod (a failure: spends one
+   restart; the pod and its agent stay, the agent restarts the group);
 5. once it trains again, cut the managed etcd pod off the network (an outage: the operator marks
    the job ``Stalled``/``EtcdUnavailable``, remediates, and the group re-forms for free);
 6. wait for ``Succeeded`` and print a summary: timeline, restarts by reason, Events.
@@ -21,12 +22,14 @@ import json
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import yaml
+from elasticjob_agent.protocol.health import DEFAULT_HEALTH_PORT, HealthReport
 
 if TYPE_CHECKING:
     from elasticjob_localcluster import LocalCluster
@@ -70,9 +73,15 @@ class ClusterOps(Protocol):
 
     def kill_container(self, namespace: str, pod: str, container: str) -> None: ...
 
+    def kill_training_process(self, namespace: str, pod: str) -> int:
+        """SIGKILL one training process the pod's agent supervises; return its pid."""
+        ...
+
     def cut_pod(self, namespace: str, pod: str) -> None: ...
 
     def restore_pod(self, namespace: str, pod: str) -> None: ...
+
+    def pod_logs(self, namespace: str, pod: str) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -283,10 +292,27 @@ class Scenario:
             if done(view, pods):
                 return view
             if view.phase == "Failed":
-                raise DemoError(f"the job failed while waiting for {what}: {view}")
+                raise DemoError(
+                    f"the job failed while waiting for {what}: {view}{self.diagnostics(pods)}"
+                )
             if time.monotonic() > deadline:
-                raise DemoError(f"timed out after {timeout:.0f}s waiting for {what}; last: {view}")
+                raise DemoError(
+                    f"timed out after {timeout:.0f}s waiting for {what}; last: {view}"
+                    f"{self.diagnostics(pods)}"
+                )
             time.sleep(self.poll)
+
+    def diagnostics(self, pods: list[PodView], lines: int = 40) -> str:
+        """The tail of every pod's log: what a failed run needs to be understood afterwards."""
+        out = []
+        for pod in sorted(pods, key=lambda p: p.name):
+            try:
+                log = self.ops.pod_logs(self.namespace, pod.name)
+            except Exception as exc:  # a pod that went away while we looked
+                log = f"(no log: {exc})"
+            tail = "\n".join(f"    {line}" for line in log.splitlines()[-lines:])
+            out.append(f"\n--- {pod.name} ({pod.phase}), last {lines} lines:\n{tail}")
+        return "".join(out)
 
     def training(self, after_round: int = -1) -> Callable[[JobView, list[PodView]], bool]:
         """Running with a formed group in a round after ``after_round`` (rounds start at 0)."""
@@ -297,14 +323,18 @@ class Scenario:
         return done
 
     def kill_worker(self) -> int:
-        """Kill one worker's trainer container; return the round it was killed in."""
+        """SIGKILL one training process of one worker pod; return the round it was killed in.
+
+        A training process, not the pod's container: killing the container kills its agent, and
+        the others may see that as a member leaving (``membership``, free) rather than a
+        ``failure``, depending on which they notice first."""
         view, pods = self.read()
         workers = sorted(p.name for p in pods if p.role == "worker" and p.phase == "Running")
         if not workers:
             raise DemoError("no running worker pod to kill")
         before = view.restarts.get("failure", 0)
-        self.timeline.note(view, f"inject: kill container trainer of {workers[-1]}")
-        self.ops.kill_container(self.namespace, workers[-1], "trainer")
+        pid = self.ops.kill_training_process(self.namespace, workers[-1])
+        self.timeline.note(view, f"inject: kill -9 training process {pid} in {workers[-1]}")
         self.wait_for(
             "the failure to be counted",
             lambda v, _: v.restarts.get("failure", 0) > before,
@@ -404,11 +434,34 @@ class ClusterAdapter:
     def kill_container(self, namespace: str, pod: str, container: str) -> None:
         self.cluster.kill_container(namespace, pod, container=container)
 
+    def kill_training_process(self, namespace: str, pod: str) -> int:
+        # The agent's status lists its workers' pids; pods are host processes on this cluster,
+        # and `kill` runs in the pod as `kubectl exec <pod> -- kill -9 <pid>` would.
+        url = f"http://{self.cluster.pod_ip(namespace, pod)}:{DEFAULT_HEALTH_PORT}/status"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(url, timeout=5) as response:
+                    workers = HealthReport.loads(response.read()).workers
+            except (OSError, ValueError):  # not serving yet; HealthReportError is a ValueError
+                workers = ()
+            pids = [w.pid for w in workers if w.pid and w.exit_code is None]
+            if pids:
+                break
+            if time.monotonic() > deadline:
+                raise DemoError(f"{namespace}/{pod}: its agent reports no running worker ({url})")
+            time.sleep(1)
+        self.cluster.exec_in_pod(namespace, pod, ["kill", "-KILL", str(pids[0])])
+        return pids[0]
+
     def cut_pod(self, namespace: str, pod: str) -> None:
         self.cluster.cut_pod(namespace, pod)
 
     def restore_pod(self, namespace: str, pod: str) -> None:
         self.cluster.restore_pod(namespace, pod)
+
+    def pod_logs(self, namespace: str, pod: str) -> str:
+        return self.cluster.pod_logs(namespace, pod)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

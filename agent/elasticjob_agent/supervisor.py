@@ -50,6 +50,7 @@ _MASTER_KEY = "elasticjob/master"
 _EXIT_KEY = "elasticjob/exit/{}"
 _EXIT_BARRIER_TIMEOUT = 300.0
 _MEMBERSHIP_CHECK_EVERY = 0.2
+_MAYBE_ETCD_LOSS = frozenset({RestartReason.FAILURE, RestartReason.MEMBERSHIP})
 
 
 class Handler(Protocol):
@@ -356,6 +357,8 @@ class Supervisor:
             logger.debug("membership check failed: %s", exc)
             return None
         if not members_ok:
+            if self._round_state_lost():
+                return RestartReason.ETCD_RECOVERED
             self._events.warning("member_lost")
             return RestartReason.FAILURE
         if waiting > 0:
@@ -363,10 +366,36 @@ class Supervisor:
             return RestartReason.MEMBERSHIP
         return None
 
+    def _round_state_lost(self) -> bool:
+        """etcd no longer holds our completed round (it was recreated or restored empty): the
+        group re-forms, and what looked like a lost member or a failed worker is that loss (a
+        peer that re-formed first stopped its workers, and ours lost their connections)."""
+        lost = getattr(self._handler, "round_state_lost", None)
+        if lost is None:
+            return False
+        try:
+            gone = bool(lost())
+        except RendezvousError as exc:
+            logger.debug("round state check failed: %s", exc)
+            return False
+        if gone:
+            self._events.warning("rendezvous_state_lost", detail="etcd lost the round's state")
+        return gone
+
     def _restart(self, reason: RestartReason) -> None:
         self._status.update(state=AgentState.RESTARTING)
-        # Count first, then stop: peers racing to count the same round see our reason.
-        recorded = self._etcd(lambda: self._counter.record(self._round, reason))
+        if reason in _MAYBE_ETCD_LOSS:
+            # Wait for etcd (with the counter's patience) before asking it about the round.
+            self._etcd(self._counter.read)
+            if self._round_state_lost():
+                reason = RestartReason.ETCD_RECOVERED
+        if reason is RestartReason.ETCD_RECOVERED:
+            # Not counted here: the operator counts the etcd it recreated, once for the job, and
+            # seeds that count into the new etcd; each agent counting it would add one per node.
+            recorded = Recorded(False, reason, self._etcd(self._counter.read))
+        else:
+            # Count first, then stop: peers racing to count the same round see our reason.
+            recorded = self._etcd(lambda: self._counter.record(self._round, reason))
         codes = self._workers.stop(self._s.shutdown_timeout)
         counts = recorded.counts
         self._metrics.set_restarts(counts.full())

@@ -38,6 +38,12 @@ from elasticjob_agent.rendezvous.errors import RendezvousConnectionError
 
 T = TypeVar("T")
 
+
+def _from_server(exc: BaseException) -> bool:
+    """An answer of etcd itself (``etcdserver: ...``), not of the transport or grpc."""
+    return isinstance(exc, grpc.aio.AioRpcError) and (exc.details() or "").startswith("etcdserver")
+
+
 _UNREACHABLE = {
     grpc.StatusCode.UNAVAILABLE,
     grpc.StatusCode.DEADLINE_EXCEEDED,
@@ -383,34 +389,60 @@ class EtcdClient:
         self._ensure_channel()
         self.requests += 1
         async with self._keepalive_lock:
-            if self._keepalive_call is None:
-                self._keepalive_call = self._lease.LeaseKeepAlive()
-            call = self._keepalive_call
+            reused = self._keepalive_call is not None
             try:
-                await asyncio.wait_for(
-                    call.write(rpc.LeaseKeepAliveRequest(ID=lease)), self.request_timeout
-                )
-                response = await asyncio.wait_for(call.read(), self.request_timeout)
-            except TimeoutError as exc:
-                call.cancel()
-                self._keepalive_call = None
-                self._failed(drop=False)
-                raise RendezvousConnectionError("etcd did not answer a lease keep-alive") from exc
-            except grpc.aio.AioRpcError as exc:
-                self._keepalive_call = None
-                raise self._map_error(exc) from exc
-            except asyncio.CancelledError as exc:
-                if self._keepalive_call is call:
-                    self._keepalive_call = None
-                raise _dropped_under(exc) from exc
-            if response is grpc.aio.EOF:
-                self._keepalive_call = None
-                self._failed(drop=False)
-                raise RendezvousConnectionError("etcd closed the lease keep-alive stream")
+                response = await self._keepalive_on_stream(lease)
+            except (asyncio.InvalidStateError, grpc.aio.AioRpcError) as exc:
+                if not reused or _from_server(exc):
+                    raise self._stream_error(exc) from exc
+                # The stream died while idle (etcd restarted, the channel was dropped): nothing
+                # was refreshed, so say it again on a new stream.
+                try:
+                    response = await self._keepalive_on_stream(lease)
+                except (asyncio.InvalidStateError, grpc.aio.AioRpcError) as again:
+                    raise self._stream_error(again) from again
         self._contact()
         if response.TTL <= 0:
             raise LeaseNotFoundError("NOT_FOUND", f"lease {lease:x} expired or revoked")
         return int(response.TTL)
+
+    async def _keepalive_on_stream(self, lease: int) -> Any:
+        """One refresh on the shared keep-alive stream (opened if there is none). Errors of the
+        stream itself (finished, failed) propagate with the stream forgotten."""
+        if self._keepalive_call is None:
+            self._keepalive_call = self._lease.LeaseKeepAlive()
+        call = self._keepalive_call
+        try:
+            await asyncio.wait_for(
+                call.write(rpc.LeaseKeepAliveRequest(ID=lease)), self.request_timeout
+            )
+            response = await asyncio.wait_for(call.read(), self.request_timeout)
+        except TimeoutError as exc:
+            call.cancel()
+            self._keepalive_call = None
+            self._failed(drop=False)
+            raise RendezvousConnectionError("etcd did not answer a lease keep-alive") from exc
+        except (asyncio.InvalidStateError, grpc.aio.AioRpcError):
+            self._keepalive_call = None
+            raise
+        except asyncio.CancelledError as exc:
+            if self._keepalive_call is call:
+                self._keepalive_call = None
+            raise _dropped_under(exc) from exc
+        if response is grpc.aio.EOF:
+            self._keepalive_call = None
+            self._failed(drop=False)
+            raise RendezvousConnectionError("etcd closed the lease keep-alive stream")
+        return response
+
+    def _stream_error(self, exc: BaseException) -> Exception:
+        if isinstance(exc, grpc.aio.AioRpcError) and (
+            _from_server(exc) or exc.code() in _UNREACHABLE
+        ):
+            return self._map_error(exc)
+        # grpc's own "RPC already finished" / "Internal error from Core": the stream broke.
+        self._failed(drop=False)
+        return RendezvousConnectionError(f"the lease keep-alive stream broke: {exc!r}")
 
     async def revoke(self, lease: int) -> None:
         with contextlib.suppress(LeaseNotFoundError):

@@ -39,8 +39,8 @@ class EtcdRendezvousHandler(RendezvousHandler):
 
     All methods are synchronous and thread-safe; the etcd work runs on a private event loop.
     Besides torch's interface: ``round`` (the last completed round), ``etcd_status()``,
-    ``leave()`` (on SIGTERM) and ``members_alive()`` (False once a member of the current round
-    is gone: re-rendezvous).
+    ``leave()`` (on SIGTERM), ``members_alive()`` (False once a member of the current round
+    is gone: re-rendezvous) and ``round_state_lost()`` (etcd lost the round: re-rendezvous).
     """
 
     def __init__(self, config: RendezvousConfig, *, clock: Callable[[], float] = time.time) -> None:
@@ -191,6 +191,21 @@ class EtcdRendezvousHandler(RendezvousHandler):
             return int(response.count) >= outcome.world_size
 
         return self._session.run(self._executor.call(alive))
+
+    def round_state_lost(self) -> bool:
+        """True when etcd no longer knows our last completed round: it lost its data (the
+        operator recreated it, or it was restored empty), so the group must re-form, and a
+        member's key missing there says nothing about that member."""
+        outcome = self._outcome
+        if outcome is None:
+            return False
+        key = self._keys.complete(outcome.round)
+
+        async def lost() -> bool:
+            response = await self._session.client.range(key, count_only=True)
+            return int(response.count) == 0
+
+        return self._session.run(self._executor.call(lost))
 
     def leave(self) -> None:
         """Leave at once (SIGTERM): revoke our lease, so our joined and wait-list keys vanish and

@@ -76,6 +76,9 @@ class LeaseKeeper:
                     "lease %x keep-alive failed: %s", lease, exc
                 )
                 failing = True
+            except Exception as exc:  # this task must outlive any one refresh: keys hang on it
+                log.warning("lease %x keep-alive failed unexpectedly: %r", lease, exc)
+                failing = True
 
     async def revoke(self) -> None:
         """Revoke the lease now: every key on it (joined, waiting) is deleted at once."""

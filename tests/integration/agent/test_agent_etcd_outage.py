@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_harness import TRAIN, Agent, rdzv_flags, wait_for
+from agent_harness import TRAIN, Agent, job_counts, rdzv_flags, wait_for
 from elasticjob_agent.protocol.exit_codes import ExitCode
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
@@ -67,6 +67,34 @@ def test_outage_while_training_etcd_back_in_time(
         agent.wait_status(lambda s: s["etcd"]["reachable"], 30, "etcd reachable again")
     assert a.wait_exit(300) == ExitCode.SUCCEEDED, a.log()[-3000:]
     assert b.wait_exit(60) == ExitCode.SUCCEEDED, b.log()[-3000:]
+
+
+def test_etcd_recreated_empty_while_training_re_forms_without_a_failure(
+    etcd_server: Any, spawn_agent: Spawn, tmp_path: Path
+) -> None:
+    # What the operator does after an outage: a new, empty etcd at the same address, seeded
+    # with the job's counts. Every key of the round is gone, which must not read as members
+    # lost or workers failed: the group re-forms and nothing spends the budget.
+    flags = _flags(etcd_server.endpoint, "2:2", etcd_timeout=120)
+    run_id = flags[flags.index("--rdzv-id") + 1]
+    a = spawn_agent("a", [*flags, *_train(tmp_path, 200)])
+    b = spawn_agent("b", [*flags, *_train(tmp_path, 200)])
+    a.wait_running(world_size=4)
+    b.wait_running(world_size=4)
+    wait_for(
+        lambda: a.log().count("start step=") + b.log().count("start step=") >= 4,
+        120,
+        "all four ranks training",
+    )
+    etcd_server.wipe()
+    seed = '{"byReason": {"etcd-recovered": 1}}'
+    etcd_server.etcdctl("put", f"/elasticjob/{run_id}/restart-seed", seed, timeout=30)
+    assert a.wait_exit(300) == ExitCode.SUCCEEDED, a.log()[-3000:]
+    assert b.wait_exit(60) == ExitCode.SUCCEEDED, b.log()[-3000:]
+    logs = a.log() + b.log()
+    assert "event=rendezvous_state_lost" in logs, logs[-3000:]
+    assert logs.count("event=rendezvous_completed") >= 4, "the group did not re-form"
+    assert job_counts(etcd_server.endpoint, run_id) == {"etcd-recovered": 1}
 
 
 def test_outage_while_training_then_a_failure_exits_13(

@@ -89,3 +89,25 @@ async def test_cancelling_the_caller_still_cancels(etcd_server: EtcdServer) -> N
     finally:
         etcd_server.thaw()
     await client.close()
+
+
+@pytest.mark.timeout(60)
+async def test_a_keep_alive_after_etcd_restarted_uses_a_new_stream(etcd_server: EtcdServer) -> None:
+    # The long-lived keep-alive stream dies with the server. The next refresh must open a new
+    # one, not write to the finished stream (grpc: InvalidStateError "RPC already finished"),
+    # which once killed the lease keeper for good: the node's keys expired every TTL.
+    client = EtcdClient(etcd_server.endpoint, request_timeout=2.0)
+    await client.prepare()
+    lease = await client.grant(30)
+    assert await client.keepalive(lease) > 0
+    etcd_server.kill()
+    etcd_server.start()
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            assert await client.keepalive(lease) > 0  # the lease survives a restart
+            break
+        except RendezvousConnectionError:
+            assert time.monotonic() < deadline, "no keep-alive got through after the restart"
+            await asyncio.sleep(0.2)
+    await client.close()

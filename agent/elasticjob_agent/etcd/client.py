@@ -410,6 +410,8 @@ class EtcdClient:
         """One refresh on the shared keep-alive stream (opened if there is none). Errors of the
         stream itself (finished, failed) propagate with the stream forgotten."""
         if self._keepalive_call is None:
+            # The channel may have been dropped meanwhile (by a watch or another call).
+            self._ensure_channel()
             self._keepalive_call = self._lease.LeaseKeepAlive()
         call = self._keepalive_call
         try:

@@ -15,6 +15,7 @@ step=N``, ``done step=N``. The exit code is 0 when all steps are done.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import re
 import sys
@@ -134,4 +135,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # The DDP model's reference cycles keep the gloo process group alive until the interpreter's
+    # last collection, when its worker threads can no longer take the GIL to release their last
+    # work: SIGABRT, "terminate called without an active exception" (pytorch/pytorch#179291).
+    # Collected now, the group joins its threads while the interpreter is whole.
+    gc.collect()
+    sys.exit(code)

@@ -375,12 +375,16 @@ class PodWorker:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signum)
 
-    async def stop_containers(self, grace: float) -> None:
-        """SIGTERM every running container, SIGKILL what still runs after ``grace`` seconds."""
+    async def stop_containers(self, grace: float, *, graceful: bool = True) -> None:
+        """SIGTERM every running container, SIGKILL what still runs after ``grace`` seconds.
+        ``graceful=False``: SIGKILL at once, as when the machine dies (nothing gets a SIGTERM)."""
         self.stopping.set()
         running = [c for c in self.inits + self.containers if c.proc and c.proc.returncode is None]
         for c in running:
             assert c.proc is not None
+            if not graceful:
+                self.kill_main(c, signal.SIGKILL)
+                continue
             with contextlib.suppress(ProcessLookupError):
                 c.proc.send_signal(signal.SIGTERM)
         waits = [c.proc.wait() for c in running if c.proc]
@@ -427,7 +431,7 @@ class PodWorker:
     async def lose(self) -> None:
         """The node is gone: processes die at once and the pod fails with reason NodeLost."""
         self.lost = True
-        await self.stop_containers(0)
+        await self.stop_containers(0, graceful=False)
         await self.teardown()
         message = f"Node {self.node} which was running pod {self.name} is unresponsive"
         status = self.build_status()

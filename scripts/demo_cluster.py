@@ -71,8 +71,6 @@ class ClusterOps(Protocol):
 
     def helm(self, *args: str) -> str: ...
 
-    def kill_container(self, namespace: str, pod: str, container: str) -> None: ...
-
     def kill_training_process(self, namespace: str, pod: str) -> int:
         """SIGKILL one training process the pod's agent supervises; return its pid."""
         ...
@@ -431,26 +429,26 @@ class ClusterAdapter:
     def helm(self, *args: str) -> str:
         return self.cluster.helm(*args, timeout=600).stdout
 
-    def kill_container(self, namespace: str, pod: str, container: str) -> None:
-        self.cluster.kill_container(namespace, pod, container=container)
-
     def kill_training_process(self, namespace: str, pod: str) -> int:
         # The agent's status lists its workers' pids; pods are host processes on this cluster,
         # and `kill` runs in the pod as `kubectl exec <pod> -- kill -9 <pid>` would.
         url = f"http://{self.cluster.pod_ip(namespace, pod)}:{DEFAULT_HEALTH_PORT}/status"
-        deadline = time.monotonic() + 60
-        while True:
+
+        def running_pids() -> list[int]:
             try:
                 with urllib.request.urlopen(url, timeout=5) as response:
                     workers = HealthReport.loads(response.read()).workers
             except (OSError, ValueError):  # not serving yet; HealthReportError is a ValueError
-                workers = ()
-            pids = [w.pid for w in workers if w.pid and w.exit_code is None]
-            if pids:
-                break
-            if time.monotonic() > deadline:
-                raise DemoError(f"{namespace}/{pod}: its agent reports no running worker ({url})")
-            time.sleep(1)
+                return []
+            return [w.pid for w in workers if w.pid and w.exit_code is None]
+
+        try:
+            pids: list[int] = self.cluster.wait_for(
+                f"a running worker in {namespace}/{pod}", running_pids, timeout=60, interval=1
+            )
+        except TimeoutError as exc:
+            message = f"{namespace}/{pod}: its agent reports no running worker ({url})"
+            raise DemoError(message) from exc
         self.cluster.exec_in_pod(namespace, pod, ["kill", "-KILL", str(pids[0])])
         return pids[0]
 

@@ -384,15 +384,18 @@ class Supervisor:
 
     def _restart(self, reason: RestartReason) -> None:
         self._status.update(state=AgentState.RESTARTING)
+        counts: RestartCounts | None = None
         if reason in _MAYBE_ETCD_LOSS:
-            # Wait for etcd (with the counter's patience) before asking it about the round.
-            self._etcd(self._counter.read)
+            # Reading waits for etcd (with the counter's patience) before we ask about the round.
+            counts = self._etcd(self._counter.read)
             if self._round_state_lost():
                 reason = RestartReason.ETCD_RECOVERED
         if reason is RestartReason.ETCD_RECOVERED:
             # Not counted here: the operator counts the etcd it recreated, once for the job, and
             # seeds that count into the new etcd; each agent counting it would add one per node.
-            recorded = Recorded(False, reason, self._etcd(self._counter.read))
+            if counts is None:
+                counts = self._etcd(self._counter.read)
+            recorded = Recorded(False, reason, counts)
         else:
             # Count first, then stop: peers racing to count the same round see our reason.
             recorded = self._etcd(lambda: self._counter.record(self._round, reason))

@@ -299,7 +299,7 @@ class EtcdClient:
         if code in _UNREACHABLE:
             # "etcdserver: ..." comes from a live server (e.g. "request timed out" under load);
             # a client-side deadline says nothing about the connection either.
-            transport = code == grpc.StatusCode.UNAVAILABLE and not details.startswith("etcdserver")
+            transport = code == grpc.StatusCode.UNAVAILABLE and not _from_server(exc)
             self._failed(drop=transport)
             return RendezvousConnectionError(
                 f"etcd at {','.join(map(str, self.endpoints))} unreachable: {code.name}: {details}"
@@ -389,18 +389,17 @@ class EtcdClient:
         self._ensure_channel()
         self.requests += 1
         async with self._keepalive_lock:
-            reused = self._keepalive_call is not None
-            try:
-                response = await self._keepalive_on_stream(lease)
-            except (asyncio.InvalidStateError, grpc.aio.AioRpcError) as exc:
-                if not reused or _from_server(exc):
-                    raise self._stream_error(exc) from exc
-                # The stream died while idle (etcd restarted, the channel was dropped): nothing
-                # was refreshed, so say it again on a new stream.
+            # A reused stream may have died while idle (etcd restarted, the channel was
+            # dropped): that refreshed nothing, so say it once more on a new stream.
+            retries = 1 if self._keepalive_call is not None else 0
+            while True:
                 try:
                     response = await self._keepalive_on_stream(lease)
-                except (asyncio.InvalidStateError, grpc.aio.AioRpcError) as again:
-                    raise self._stream_error(again) from again
+                    break
+                except (asyncio.InvalidStateError, grpc.aio.AioRpcError) as exc:
+                    if retries == 0 or _from_server(exc):
+                        raise self._stream_error(exc) from exc
+                    retries -= 1
         self._contact()
         if response.TTL <= 0:
             raise LeaseNotFoundError("NOT_FOUND", f"lease {lease:x} expired or revoked")

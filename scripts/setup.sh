@@ -26,10 +26,14 @@ fi
 if [[ ! -x .venv/bin/python ]]; then
   python3 -m venv .venv
 fi
+# Exact versions from requirements/dev.lock (what the benchmarks were measured on; refresh with
+# scripts/lock.sh), then the project itself, editable, without touching those pins.
 stamp=.venv/.elasticjob-installed
-want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+want="$(cat pyproject.toml requirements/dev.lock | sha256sum | cut -d' ' -f1)"
 if [[ ! -f $stamp || "$(cat "$stamp")" != "$want" ]]; then
-  echo "setup: installing Python packages into .venv" >&2
-  .venv/bin/pip install --quiet -e '.[dev]' numpy
+  echo "setup: installing Python packages into .venv (requirements/dev.lock)" >&2
+  .venv/bin/pip install --quiet -r requirements/dev.lock
+  .venv/bin/pip install --quiet --no-deps -e .
+  .venv/bin/pip check >&2 || { echo "setup: requirements/dev.lock does not satisfy pyproject.toml; run scripts/lock.sh" >&2; exit 1; }
   echo "$want" >"$stamp"
 fi

@@ -59,3 +59,10 @@ bench: setup cluster-build
 # Copy crds/ and dashboards/ (the one sources) into the chart.
 sync-chart:
 	scripts/sync-chart.sh
+
+# The container images of the local cluster (pause, CoreDNS, etcd, the operator from Dockerfile,
+# the training example), built without a registry into $(ELASTICJOB_CACHE)/images, cached by
+# content (a second run builds nothing); see docs/packaging.md.
+.PHONY: images
+images:
+	@localcluster/images/build.sh

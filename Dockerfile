@@ -4,6 +4,9 @@
 #
 #   docker build -t elasticjob-operator:0.1.0 .
 #
+# A build argument selects the base: PYTHON_IMAGE (any Debian-like image with python 3.11,
+# venv and pip; the local cluster builds on its own Debian minbase, docs/packaging.md).
+#
 # The base image is pinned to an exact patch release; pin its digest too in your registry mirror
 # (docker buildx imagetools inspect python:3.11.11-slim-bookworm) for byte-for-byte rebuilds.
 ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm
@@ -15,11 +18,17 @@ ENV PIP_NO_CACHE_DIR=1 \
 WORKDIR /src
 # The venv lives at the same path in both stages: its scripts' shebangs point into it.
 RUN python -m venv /opt/elasticjob
+# First the exact versions the project tests with (requirements/operator.lock: the operator
+# extra only, no torch, no test tools), in a layer that survives source changes.
+COPY requirements/operator.lock requirements/
+RUN /opt/elasticjob/bin/pip install -r requirements/operator.lock
+# Then this checkout, as the wheel a release publishes, without touching those pins.
 COPY pyproject.toml README.md ./
 COPY agent/ agent/
 COPY operator/ operator/
-# Only the operator extra: no torch, no test tools.
-RUN /opt/elasticjob/bin/pip install --no-compile ".[operator]" \
+RUN /opt/elasticjob/bin/pip wheel --no-deps -w dist . \
+    && /opt/elasticjob/bin/pip install --no-deps dist/elasticjob-*.whl \
+    && /opt/elasticjob/bin/pip check \
     && /opt/elasticjob/bin/elasticjob-operator --help >/dev/null
 
 FROM ${PYTHON_IMAGE}

@@ -26,6 +26,7 @@ from elasticjob_agent.etcd_link import EtcdLink, parse_endpoints
 from elasticjob_agent.health_server import HealthServer
 from elasticjob_agent.logs import EventContext, EventLog, configure
 from elasticjob_agent.metrics import AgentMetrics
+from elasticjob_agent.pid1 import init_if_pid1
 from elasticjob_agent.protocol.exit_codes import ExitCode
 from elasticjob_agent.protocol.health import EtcdStatus
 from elasticjob_agent.protocol.keys import JobKeys
@@ -241,6 +242,8 @@ def _remove_tree(path: Path) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``elasticjob-agent`` script; returns (and exits with) an ExitCode."""
+    if argv is None:
+        init_if_pid1()  # a container's PID 1: an init reaps orphans and forwards signals
     configure()
     try:
         args = parse_args(sys.argv[1:] if argv is None else argv, os.environ)

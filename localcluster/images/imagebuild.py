@@ -14,6 +14,7 @@ installing podman, buildah, mmdebstrap and friends from Debian.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import json
 import os
@@ -143,13 +144,9 @@ def _write_if_changed(path: Path, text: str) -> None:
         tmp.replace(path)
 
 
-def run(
-    cmd: Sequence[str], *, env: dict[str, str] | None = None, cwd: Path | None = None
-) -> str:
+def run(cmd: Sequence[str], *, env: dict[str, str] | None = None, cwd: Path | None = None) -> str:
     """Run a command; its stdout on success, a BuildError with its output tail on failure."""
-    proc = subprocess.run(
-        list(cmd), env=env, cwd=cwd, capture_output=True, text=True, check=False
-    )
+    proc = subprocess.run(list(cmd), env=env, cwd=cwd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-40:])
         raise BuildError(f"{' '.join(cmd[:4])} ... failed ({proc.returncode}):\n{tail}")
@@ -260,16 +257,13 @@ class Context:
         return "sha256:" + self.podman("image", "inspect", "--format", "{{.Id}}", ref).strip()
 
     def build_options(self) -> list[str]:
-        """Build-time only (nothing of it lands in an image): trust this machine's CA bundle
-        for pip, as builds behind a TLS-intercepting proxy must."""
+        """Build-time only, nothing of it lands in an image: pip (Debian's, and the one in a
+        venv, both read the system bundle) trusts this machine's CA bundle, as builds behind a
+        TLS-intercepting proxy must. Mounted over the base's own bundle, so the mount point
+        exists and the committed layer keeps the base's file."""
         if self.ca_bundle is None:
             return []
-        conf = self.paths.podman / "build-pip.conf"
-        _write_if_changed(conf, "[global]\ncert = /run/elasticjob-build/ca.crt\n")
-        return [
-            f"--volume={self.ca_bundle}:/run/elasticjob-build/ca.crt:ro",
-            f"--volume={conf}:/etc/pip.conf:ro",
-        ]
+        return [f"--volume={self.ca_bundle}:/etc/ssl/certs/ca-certificates.crt:ro"]
 
 
 @dataclass(frozen=True)
@@ -299,9 +293,17 @@ def _go_env() -> dict[str, str]:
     return env
 
 
-def _go_build(ctx: Context, name: str, requires: Sequence[str], packages: Sequence[str],
-              out: Path, ldflags: str = "-s -w") -> None:
-    """Build Go mains of published modules (from the module proxy) into ``out``."""
+def _go_build(
+    ctx: Context,
+    name: str,
+    requires: Sequence[str],
+    mains: dict[str, str],
+    out: Path,
+    *,
+    ldflags: str = "-s -w",
+) -> None:
+    """Build Go mains of published modules (from the module proxy): ``out/<binary>`` for each
+    ``{binary: package}`` of ``mains``, statically (no cgo)."""
     work = ctx.paths.work / f"go-{name}"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -309,12 +311,24 @@ def _go_build(ctx: Context, name: str, requires: Sequence[str], packages: Sequen
     run(["go", "mod", "init", f"elasticjob.dev/images/{name}"], env=env, cwd=work)
     run(["go", "get", *requires], env=env, cwd=work)
     out.mkdir(parents=True, exist_ok=True)
-    run(
-        ["nice", "-n", "10", "go", "build", "-trimpath", "-ldflags", ldflags, "-o", f"{out}/",
-         *packages],
-        env=env,
-        cwd=work,
-    )
+    for binary, package in mains.items():
+        run(
+            [
+                "nice",
+                "-n",
+                "10",
+                "go",
+                "build",
+                "-trimpath",
+                "-ldflags",
+                ldflags,
+                "-o",
+                str(out / binary),
+                package,
+            ],
+            env=env,
+            cwd=work,
+        )
 
 
 def _build_context(ctx: Context, name: str) -> Path:
@@ -324,8 +338,15 @@ def _build_context(ctx: Context, name: str) -> Path:
     return context
 
 
-def _podman_build(ctx: Context, ref: str, context: Path, containerfile: Path,
-                  build_args: dict[str, str] | None = None, extra: Sequence[str] = ()) -> None:
+def _podman_build(
+    ctx: Context,
+    ref: str,
+    context: Path,
+    containerfile: Path,
+    *,
+    build_args: dict[str, str] | None = None,
+    extra: Sequence[str] = (),
+) -> None:
     args = ["build", "--pull=never", "--tag", ref, "--file", str(containerfile)]
     for key, value in (build_args or {}).items():
         args.append(f"--build-arg={key}={value}")
@@ -343,14 +364,29 @@ def _pause_source() -> Path:
 
 def pause_inputs(ctx: Context) -> tuple[list[str], list[Path], Path]:
     src = _pause_source()
-    return [K8S_VERSION, _gcc_version()], [src / "pause.c", HERE / "pause" / "Containerfile"], Path("/")
+    return (
+        [K8S_VERSION, _gcc_version()],
+        [src / "pause.c", HERE / "pause" / "Containerfile"],
+        Path("/"),
+    )
 
 
 def pause_build(ctx: Context) -> None:
     context = _build_context(ctx, "pause")
     version = f"v3.10.1-k8s-{K8S_VERSION}"  # TAG of build/pause/Makefile in that tree
-    run(["gcc", "-Os", "-Wall", "-Werror", "-static", f"-DVERSION={version}", "-o",
-         str(context / "pause"), str(_pause_source() / "pause.c")])
+    run(
+        [
+            "gcc",
+            "-Os",
+            "-Wall",
+            "-Werror",
+            "-static",
+            f"-DVERSION={version}",
+            "-o",
+            str(context / "pause"),
+            str(_pause_source() / "pause.c"),
+        ]
+    )
     run(["strip", str(context / "pause")])
     _podman_build(ctx, PAUSE.ref, context, HERE / "pause" / "Containerfile")
 
@@ -402,16 +438,25 @@ def torch_base_build(ctx: Context) -> None:
     torch = _locked_version(REPO / "requirements" / "dev.lock", "torch")
     context = _build_context(ctx, "torch-base")
     _podman_build(
-        ctx, TORCH_BASE_REF, context, HERE / "torch-base" / "Containerfile",
-        {"BASE_IMAGE": BASE_REF, "TORCH_VERSION": torch}, ctx.build_options(),
+        ctx,
+        TORCH_BASE_REF,
+        context,
+        HERE / "torch-base" / "Containerfile",
+        build_args={"BASE_IMAGE": BASE_REF, "TORCH_VERSION": torch},
+        extra=ctx.build_options(),
     )
 
 
 # operator ---------------------------------------------------------------------
 
 OPERATOR_SOURCES = (
-    "Dockerfile", ".dockerignore", "pyproject.toml", "README.md", "requirements/operator.lock",
-    "agent", "operator",
+    "Dockerfile",
+    ".dockerignore",
+    "pyproject.toml",
+    "README.md",
+    "requirements/operator.lock",
+    "agent",
+    "operator",
 )
 
 
@@ -421,15 +466,22 @@ def operator_inputs(ctx: Context) -> tuple[list[str], list[Path], Path]:
 
 def operator_build(ctx: Context) -> None:
     _podman_build(
-        ctx, OPERATOR.ref, REPO, REPO / "Dockerfile", {"PYTHON_IMAGE": BASE_REF},
-        ctx.build_options(),
+        ctx,
+        OPERATOR.ref,
+        REPO,
+        REPO / "Dockerfile",
+        build_args={"PYTHON_IMAGE": BASE_REF},
+        extra=ctx.build_options(),
     )
 
 
 # training ---------------------------------------------------------------------
 
 TRAINING_SOURCES = (
-    "examples/training-image/Dockerfile", "examples/train.py", "pyproject.toml", "README.md",
+    "examples/training-image/Dockerfile",
+    "examples/train.py",
+    "pyproject.toml",
+    "README.md",
     "agent",
 )
 
@@ -448,13 +500,27 @@ def build_wheel(dest: Path) -> Path:
         for rel in ("pyproject.toml", "README.md", "agent", "operator"):
             source = REPO / rel
             if source.is_dir():
-                shutil.copytree(source, src / rel, ignore=shutil.ignore_patterns(
-                    "__pycache__", "*.pyc", "*.egg-info"))
+                shutil.copytree(
+                    source,
+                    src / rel,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"),
+                )
             else:
                 src.mkdir(exist_ok=True)
                 shutil.copy2(source, src / rel)
-        run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(dest),
-             str(src)])
+        run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "--quiet",
+                "--no-deps",
+                "-w",
+                str(dest),
+                str(src),
+            ]
+        )
     wheels = sorted(dest.glob("elasticjob-*.whl"))
     if len(wheels) != 1:
         raise BuildError(f"expected one elasticjob wheel in {dest}, found {wheels}")
@@ -464,13 +530,19 @@ def build_wheel(dest: Path) -> Path:
 def training_build(ctx: Context) -> None:
     context = _build_context(ctx, "training")
     (context / "training-image").mkdir()
-    shutil.copy2(REPO / "examples" / "training-image" / "Dockerfile",
-                 context / "training-image" / "Dockerfile")
+    shutil.copy2(
+        REPO / "examples" / "training-image" / "Dockerfile",
+        context / "training-image" / "Dockerfile",
+    )
     shutil.copy2(REPO / "examples" / "train.py", context / "train.py")
     build_wheel(context / "training-image" / "wheels")
     _podman_build(
-        ctx, TRAINING.ref, context, context / "training-image" / "Dockerfile",
-        {"BASE_IMAGE": TORCH_BASE_REF}, ctx.build_options(),
+        ctx,
+        TRAINING.ref,
+        context,
+        context / "training-image" / "Dockerfile",
+        build_args={"BASE_IMAGE": TORCH_BASE_REF},
+        extra=ctx.build_options(),
     )
 
 
@@ -488,19 +560,24 @@ def _go_version() -> str:
 def etcd_build(ctx: Context) -> None:
     context = _build_context(ctx, "etcd")
     v = ETCD_VERSION
+    # go.etcd.io/etcd/v3 (the repository's root module) ties the server, etcdctl and etcdutl
+    # modules of one release together; the etcd main itself is go.etcd.io/etcd/server/v3.
     _go_build(
-        ctx, "etcd",
-        [f"go.etcd.io/etcd/v3@{v}", f"go.etcd.io/etcd/etcdctl/v3@{v}",
-         f"go.etcd.io/etcd/etcdutl/v3@{v}"],
-        ["go.etcd.io/etcd/v3", "go.etcd.io/etcd/etcdctl/v3", "go.etcd.io/etcd/etcdutl/v3"],
-        context / "bin",
+        ctx,
+        "etcd",
+        [
+            f"go.etcd.io/etcd/v3@{v}",
+            f"go.etcd.io/etcd/server/v3@{v}",
+            f"go.etcd.io/etcd/etcdctl/v3@{v}",
+            f"go.etcd.io/etcd/etcdutl/v3@{v}",
+        ],
+        {
+            "etcd": "go.etcd.io/etcd/server/v3",
+            "etcdctl": "go.etcd.io/etcd/etcdctl/v3",
+            "etcdutl": "go.etcd.io/etcd/etcdutl/v3",
+        },
+        context,
     )
-    # `go build` names a module-root main after the module's last element: v3.
-    for built, name in (("v3", "etcd"), ("etcdctl", "etcdctl"), ("etcdutl", "etcdutl")):
-        found = context / "bin" / built
-        if not found.is_file():
-            found = context / "bin" / name
-        shutil.move(found, context / name)
     _podman_build(ctx, ETCD.ref, context, HERE / "etcd" / "Containerfile")
 
 
@@ -514,11 +591,13 @@ def coredns_inputs(ctx: Context) -> tuple[list[str], list[Path], Path]:
 def coredns_build(ctx: Context) -> None:
     context = _build_context(ctx, "coredns")
     _go_build(
-        ctx, "coredns", [f"github.com/coredns/coredns@{COREDNS_VERSION}"],
-        ["github.com/coredns/coredns"], context / "bin",
+        ctx,
+        "coredns",
+        [f"github.com/coredns/coredns@{COREDNS_VERSION}"],
+        {"coredns": "github.com/coredns/coredns"},
+        context,
         ldflags="-s -w -X github.com/coredns/coredns/coremain.GitCommit=" + COREDNS_VERSION,
     )
-    shutil.move(context / "bin" / "coredns", context / "coredns")
     # As upstream: the non-root user may bind port 53 (the image runs as 65532).
     run(["setcap", "cap_net_bind_service=+ep", str(context / "coredns")])
     shutil.copy2("/etc/ssl/certs/ca-certificates.crt", context / "ca-certificates.crt")
@@ -531,16 +610,28 @@ TORCH_BASE = Recipe(
     "torch-base", TORCH_BASE_REF, "base", False, torch_base_inputs, torch_base_build
 )
 OPERATOR = Recipe(
-    "operator", "ghcr.io/elasticjob/elasticjob-operator:0.1.0", "base", True,
-    operator_inputs, operator_build,
+    "operator",
+    "ghcr.io/elasticjob/elasticjob-operator:0.1.0",
+    "base",
+    True,
+    operator_inputs,
+    operator_build,
 )
 TRAINING = Recipe(
-    "training", "ghcr.io/elasticjob/training-example:0.1.0", "torch-base", True,
-    training_inputs, training_build,
+    "training",
+    "ghcr.io/elasticjob/training-example:0.1.0",
+    "torch-base",
+    True,
+    training_inputs,
+    training_build,
 )
 ETCD = Recipe("etcd", "quay.io/coreos/etcd:v3.5.17", None, True, etcd_inputs, etcd_build)
 COREDNS = Recipe(
-    "coredns", "registry.k8s.io/coredns/coredns:v1.12.0", None, True, coredns_inputs,
+    "coredns",
+    "registry.k8s.io/coredns/coredns:v1.12.0",
+    None,
+    True,
+    coredns_inputs,
     coredns_build,
 )
 # In build order: the pause image first (nodes need it before anything else).
@@ -610,11 +701,14 @@ def default_ca_bundle() -> Path | None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "images", nargs="*", metavar="IMAGE",
+        "images",
+        nargs="*",
+        metavar="IMAGE",
         help=f"images to build (default: all): {', '.join(RECIPES)}",
     )
     parser.add_argument(
-        "--ca-bundle", default="auto",
+        "--ca-bundle",
+        default="auto",
         help="CA bundle that pip trusts during builds (mounted, never copied into an image); "
         "'auto': this machine's bundle when it has extra CAs; 'none': pip's own",
     )
@@ -636,12 +730,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     ctx = Context(paths=paths, env=podman_env(paths), ca_bundle=ca_bundle)
     names = args.images or list(RECIPES)
     started = time.monotonic()
-    try:
-        for name in names:
-            ensure(ctx, RECIPES[name], local=True)
-    except BuildError as err:
-        log(f"error: {err}")
-        return 1
+    # One build at a time per cache: a second caller waits, then finds its images current.
+    with (paths.root / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            for name in names:
+                ensure(ctx, RECIPES[name], local=True)
+        except BuildError as err:
+            log(f"error: {err}")
+            return 1
     for ref, what, took in ctx.timings:
         log(f"  {ref:50} {what:7} {took:6.0f} s")
     log(f"done in {time.monotonic() - started:.0f} s; index {paths.index}")

@@ -64,11 +64,18 @@ def test_operator_image_runs_as_a_numeric_non_root_user() -> None:
     assert entry == ['["elasticjob-operator"]']
 
 
-def test_operator_image_installs_only_the_operator_extra() -> None:
+def test_operator_image_installs_the_lock_then_the_checkout_without_deps() -> None:
     build = _stages()[1][0]
-    runs = " ".join(i.argument for i in build.instructions if i.keyword == "RUN")
-    assert '".[operator]"' in runs
-    assert "torch" not in runs and "[dev]" not in runs and ",dev" not in runs
+    runs = [i.argument for i in build.instructions if i.keyword == "RUN"]
+    joined = " ".join(runs)
+    assert "pip install -r requirements/operator.lock" in joined
+    # The checkout's own wheel must not re-resolve (and so change) the locked versions.
+    assert "pip install --no-deps dist/elasticjob-" in joined
+    assert "pip check" in joined
+    assert "torch" not in joined and "[dev]" not in joined and ",dev" not in joined
+    lock = (REPO / "requirements" / "operator.lock").read_text().lower()
+    assert "\ntorch==" not in lock and "\npytest==" not in lock
+    assert "\nkopf==" in lock and "\naetcd==" in lock
 
 
 def test_dockerignore_admits_only_the_sources() -> None:
@@ -79,7 +86,13 @@ def test_dockerignore_admits_only_the_sources() -> None:
     ]
     assert lines[0] == "*", "ignore everything by default; admit the sources one by one"
     admitted = {line[1:].rstrip("/") for line in lines if line.startswith("!")}
-    assert admitted == {"pyproject.toml", "README.md", "agent", "operator"}
+    assert admitted == {
+        "pyproject.toml",
+        "README.md",
+        "agent",
+        "operator",
+        "requirements/operator.lock",
+    }
     copied = {
         word.rstrip("/")
         for stage in _stages()[1]

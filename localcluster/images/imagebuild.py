@@ -429,20 +429,26 @@ def _locked_version(lock: Path, package: str) -> str:
     raise BuildError(f"{lock} pins no {package}")
 
 
+def _torch_versions() -> dict[str, str]:
+    lock = REPO / "requirements" / "dev.lock"
+    return {
+        "TORCH_VERSION": _locked_version(lock, "torch"),
+        "NUMPY_VERSION": _locked_version(lock, "numpy"),
+    }
+
+
 def torch_base_inputs(ctx: Context) -> tuple[list[str], list[Path], Path]:
-    torch = _locked_version(REPO / "requirements" / "dev.lock", "torch")
-    return [torch], [HERE / "torch-base" / "Containerfile"], REPO
+    return [json.dumps(_torch_versions())], [HERE / "torch-base" / "Containerfile"], REPO
 
 
 def torch_base_build(ctx: Context) -> None:
-    torch = _locked_version(REPO / "requirements" / "dev.lock", "torch")
     context = _build_context(ctx, "torch-base")
     _podman_build(
         ctx,
         TORCH_BASE_REF,
         context,
         HERE / "torch-base" / "Containerfile",
-        build_args={"BASE_IMAGE": BASE_REF, "TORCH_VERSION": torch},
+        build_args={"BASE_IMAGE": BASE_REF, **_torch_versions()},
         extra=ctx.build_options(),
     )
 

@@ -690,6 +690,14 @@ def ensure(ctx: Context, recipe: Recipe, *, local: bool) -> None:
         tmp.replace(archive)
         put_index_entry(ctx.paths, recipe.ref, archive, image_id)
     write_state(ctx.paths, recipe.name, State(key=key, image_id=image_id))
+    if state is not None and state.image_id != image_id:
+        # The replaced image (a torch layer is gigabytes); kept if something still uses it.
+        subprocess.run(
+            ["podman", "rmi", state.image_id.removeprefix("sha256:")],
+            env=ctx.env,
+            capture_output=True,
+            check=False,
+        )
     took = time.monotonic() - started
     ctx.timings.append((recipe.ref, "built", took))
     log(f"{recipe.ref}: built in {took:.0f} s ({image_id[:19]})")

@@ -22,7 +22,7 @@ HARDENED = ("--read-only", "--read-only-tmpfs=false", "--cap-drop=ALL")
 def test_pause_runs_as_65535_and_stops_on_sigterm(podman: Podman) -> None:
     podman.build("pause")
     name = podman.start(*HARDENED, "--network=none", image=REFS["pause"])
-    assert podman.run("top", name, "user", "huser").split()[2:4] == ["65535", "65535"]
+    assert podman.run("top", name, "huser", "hgroup").split()[2:4] == ["65535", "65535"]
     podman.run("stop", "--time", "30", name, timeout=60)
     state = podman.inspect(name)["State"]
     assert isinstance(state, dict)
@@ -122,4 +122,4 @@ def test_coredns_binds_port_53_as_65532_with_only_net_bind_service(
 
     wait_until("CoreDNS to answer", resolved, 60, lambda: podman.run("logs", name))
     assert answers[-1] == ["10.1.2.3"]
-    assert podman.run("top", name, "user", "huser").split()[2:4] == ["65532", "65532"]
+    assert podman.run("top", name, "huser", "hgroup").split()[2:4] == ["65532", "65532"]

@@ -76,7 +76,7 @@ def test_operator_image_runs_read_only_as_uid_10001(
             return running() and _healthy(f"http://127.0.0.1:{health}/healthz")
 
         cluster.wait_for("the operator's /healthz", healthy, timeout=180)
-        uid = podman.run("top", name, "user", "huser").split()
+        uid = podman.run("top", name, "huser", "hgroup").split()
         assert uid[2:4] == ["10001", "10001"], uid
 
         job = (REPO / "examples" / "elasticjob-cpu.yaml").read_text()

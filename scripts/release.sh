@@ -8,10 +8,12 @@
 #   scripts/release.sh --publish            # the real release (needs the credentials below)
 #
 # Environment: ELASTICJOB_REGISTRY (default ghcr.io/elasticjob) names where images and the chart
-# go; ENGINE (docker or podman, default: whichever exists). --publish uploads with twine
-# (TWINE_USERNAME/TWINE_PASSWORD or a ~/.pypirc token) and pushes with the engine's and helm's
-# own registry logins. The version is the one in pyproject.toml; the git tree must be clean and
-# tagged v<version> for --publish.
+# go; ENGINE (docker or podman, default: whichever exists); PYTHON_IMAGE and BASE_IMAGE override
+# the operator's and the training example's base (e.g. a mirror; a dry run here uses the local
+# cluster's bases); BUILD_OPTS adds options to both image builds (e.g. a CA bundle volume).
+# --publish uploads with twine (TWINE_USERNAME/TWINE_PASSWORD or a ~/.pypirc token) and pushes
+# with the engine's and helm's own registry logins. The version is the one in pyproject.toml;
+# the git tree must be clean and tagged v<version> for --publish.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -84,13 +86,17 @@ engine="${ENGINE:-$(command -v docker || command -v podman || true)}"
 [[ -n "$engine" ]] || die "no container engine: install docker or podman, or set ENGINE"
 operator_ref="$registry/elasticjob-operator:$version"
 training_ref="$registry/training-example:$version"
-"$engine" build --tag "$operator_ref" .
+read -r -a base_args <<<"${BUILD_OPTS:-}"
+[[ -n "${PYTHON_IMAGE:-}" ]] && base_args+=(--build-arg "PYTHON_IMAGE=$PYTHON_IMAGE")
+"$engine" build --tag "$operator_ref" "${base_args[@]}" .
 context="$stage/training-context"
 mkdir -p "$context/training-image/wheels"
 cp examples/train.py "$context/"
 cp examples/training-image/Dockerfile "$context/training-image/"
 cp "$wheel" "$context/training-image/wheels/"
-"$engine" build --tag "$training_ref" \
+read -r -a base_args <<<"${BUILD_OPTS:-}"
+[[ -n "${BASE_IMAGE:-}" ]] && base_args+=(--build-arg "BASE_IMAGE=$BASE_IMAGE")
+"$engine" build --tag "$training_ref" "${base_args[@]}" \
   --build-arg "ELASTICJOB_SPEC=/wheels/$(basename "$wheel")" \
   --file "$context/training-image/Dockerfile" "$context"
 helm package charts/elasticjob-operator --destination "$dist" >&2

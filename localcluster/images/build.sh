@@ -7,13 +7,16 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 need_apt=()
-for tool in podman:podman buildah:buildah mmdebstrap:mmdebstrap skopeo:skopeo umoci:umoci \
-  runc:runc setcap:libcap2-bin gcc:gcc newuidmap:uidmap; do
-  command -v "${tool%%:*}" >/dev/null || need_apt+=("${tool#*:}")
+# podman with runc (crun fails on this cgroup layout) and CNI bridge networking (the image tests
+# run containers in their own network namespace); mmdebstrap for the base; gcc and glibc's static
+# library for the pause binary; setcap for CoreDNS's file capability.
+for tool in podman:podman runc:runc mmdebstrap:mmdebstrap setcap:libcap2-bin gcc:gcc \
+  iptables:iptables /usr/lib/cni/bridge:containernetworking-plugins \
+  /usr/lib/x86_64-linux-gnu/libc.a:libc6-dev; do
+  path="${tool%%:*}"
+  if [[ "$path" == /* ]]; then [[ -e "$path" ]] && continue; else command -v "$path" >/dev/null && continue; fi
+  need_apt+=("${tool#*:}")
 done
-# The static pause binary links glibc statically.
-[[ -f /usr/lib/x86_64-linux-gnu/libc.a || -f /usr/lib/$(uname -m)-linux-gnu/libc.a ]] ||
-  need_apt+=(libc6-dev)
 if ((${#need_apt[@]})); then
   echo "images: installing ${need_apt[*]} from Debian" >&2
   export DEBIAN_FRONTEND=noninteractive

@@ -8,7 +8,7 @@ nothing. Images that nodes run are saved as docker-archive tarballs and listed i
 ``[{"ref": ..., "archive": ..., "id": "sha256:<image config digest>"}]``, replaced atomically.
 
 Standard library only: ``localcluster/images/build.sh`` runs it with the system Python after
-installing podman, buildah, mmdebstrap and friends from Debian.
+installing podman, runc, mmdebstrap and the rest from Debian.
 """
 
 from __future__ import annotations

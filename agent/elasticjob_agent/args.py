@@ -12,8 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from elasticjob_agent.etcd.endpoints import Endpoint
-from elasticjob_agent.etcd_link import parse_endpoints
+from elasticjob_agent.etcd.endpoints import Endpoint, parse_endpoints
 from elasticjob_agent.protocol.health import DEFAULT_HEALTH_PORT
 from elasticjob_agent.protocol.keys import DEFAULT_PREFIX, validate_run_id
 
@@ -346,7 +345,7 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> AgentArgs:
         try:
             endpoints = parse_endpoints(ns.rdzv_endpoint)
         except ValueError as exc:
-            raise UsageError(str(exc)) from None
+            raise UsageError(f"--rdzv-endpoint: {exc}") from None
         try:
             validate_run_id(rdzv_id)
         except ValueError as exc:

@@ -11,18 +11,18 @@ import signal
 import socket
 import sys
 import tempfile
-import threading
 import uuid
 from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
-# First: it must run before anything imports grpc (etcd_link does).
+# First: it must run before anything imports grpc (the etcd session does).
 from elasticjob_agent._fork_safe_grpc import worker_environ
 from elasticjob_agent.agent_status import AgentStatus
 from elasticjob_agent.args import AgentArgs, UsageError, parse_args, resolve_nproc
-from elasticjob_agent.etcd_link import EtcdLink, parse_endpoints
+from elasticjob_agent.etcd.session import EtcdSession
 from elasticjob_agent.health_server import HealthServer
 from elasticjob_agent.logs import EventContext, EventLog, configure
 from elasticjob_agent.metrics import AgentMetrics
@@ -57,14 +57,12 @@ def _accelerators() -> int:
         return 0
 
 
-def _make_handler(args: AgentArgs, endpoint: str, run_id: str, node: str) -> object:
-    """Our etcd-v3 handler from torch's ``RendezvousParameters``; ``ValueError`` on bad conf."""
+def _rendezvous_config(args: AgentArgs, endpoint: str, run_id: str, node: str) -> Any:
+    """Our ``RendezvousConfig`` from torch's ``RendezvousParameters``; ``ValueError`` on bad
+    conf."""
     from torch.distributed.elastic.rendezvous import RendezvousParameters  # noqa: PLC0415
 
-    from elasticjob_agent.rendezvous import (  # noqa: PLC0415
-        EtcdRendezvousHandler,
-        RendezvousConfig,
-    )
+    from elasticjob_agent.rendezvous.config import RendezvousConfig  # noqa: PLC0415
 
     conf = dict(args.rdzv_conf)
     conf["etcd_timeout"] = str(args.etcd_timeout)
@@ -78,13 +76,14 @@ def _make_handler(args: AgentArgs, endpoint: str, run_id: str, node: str) -> obj
         local_addr=args.local_addr,
         **conf,
     )
-    return EtcdRendezvousHandler(RendezvousConfig.from_parameters(params))
+    return RendezvousConfig.from_parameters(params)
 
 
-def _probe_loop(link: EtcdLink, metrics: AgentMetrics, stop: threading.Event) -> None:
-    while not stop.is_set():
-        metrics.set_etcd_reachable(link.probe(timeout=_PROBE_INTERVAL))
-        stop.wait(_PROBE_INTERVAL)
+def _make_handler(config: Any, session: EtcdSession) -> Any:
+    """Our etcd-v3 handler on the process's one etcd session."""
+    from elasticjob_agent.rendezvous.handler import EtcdRendezvousHandler  # noqa: PLC0415
+
+    return EtcdRendezvousHandler(config, session=session)
 
 
 def run(args: AgentArgs) -> int:
@@ -98,22 +97,21 @@ def run(args: AgentArgs) -> int:
         else:
             endpoint = ",".join(str(e) for e in args.rdzv_endpoints)
             run_id = args.rdzv_id
-        endpoints = parse_endpoints(endpoint)
         events = EventLog(logger, EventContext(run_id=run_id, node=node))
         try:
-            handler = _make_handler(args, endpoint, run_id, node)
+            config = _rendezvous_config(args, endpoint, run_id, node)
         except ValueError as exc:
             return _usage_error(str(exc))
-        link = EtcdLink(endpoints)
-        stack.callback(link.close)
-        metrics = AgentMetrics(run_id)
-        probe_stop = threading.Event()
-        probe = threading.Thread(
-            target=_probe_loop, args=(link, metrics, probe_stop), name="etcd-probe", daemon=True
+        endpoints = config.endpoints
+        # The process's one way to etcd: the handler, its stores, the restart counter and the
+        # probe all run on this session (one loop thread, one channel, one reachability record).
+        session = EtcdSession(
+            endpoints, request_timeout=config.request_timeout, lease_ttl=config.lease_ttl
         )
-        probe.start()
-        stack.callback(probe.join, 3.0)
-        stack.callback(probe_stop.set)
+        stack.callback(session.close)
+        handler = _make_handler(config, session)
+        session.start_probe(_PROBE_INTERVAL, timeout=_PROBE_INTERVAL)
+        metrics = AgentMetrics(run_id, etcd_reachable=lambda: session.reachability().reachable)
 
         work_dir = Path(tempfile.mkdtemp(prefix="elasticjob-agent-"))
         stack.callback(_remove_tree, work_dir)
@@ -121,7 +119,7 @@ def run(args: AgentArgs) -> int:
         stack.callback(timers.close)
 
         def etcd_status() -> EtcdStatus:
-            reach = link.status()
+            reach = session.reachability()
             return EtcdStatus(
                 reach.reachable,
                 reach.last_contact,
@@ -186,7 +184,7 @@ def run(args: AgentArgs) -> int:
             warm,
         )
         counter = JobRestartCounter(
-            link, JobKeys(args.key_prefix, run_id), node, patience=args.etcd_timeout
+            session, JobKeys(args.key_prefix, run_id), node, patience=args.etcd_timeout
         )
         supervisor = Supervisor(
             SupervisorSettings(
@@ -205,7 +203,7 @@ def run(args: AgentArgs) -> int:
                     timer_socket=timers.path,
                 ),
             ),
-            handler=handler,  # type: ignore[arg-type]
+            handler=handler,
             counter=counter,
             workers=workers,
             timers=timers,
@@ -213,7 +211,7 @@ def run(args: AgentArgs) -> int:
             metrics=metrics,
             events=events,
             environ=worker_environ(os.environ),
-            etcd_unreachable_since=lambda: link.status().unreachable_since,
+            etcd_unreachable_since=lambda: session.reachability().unreachable_since,
         )
 
         def on_signal(signum: int, frame: FrameType | None) -> None:

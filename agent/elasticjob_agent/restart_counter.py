@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from elasticjob_agent.etcd.client import cmp_create, cmp_mod, op_put
-from elasticjob_agent.etcd_link import EtcdLink, EtcdUnavailableError
+from elasticjob_agent.etcd.client import cmp_create, cmp_mod, op_put, op_range, prefix_end
+from elasticjob_agent.etcd.retry import retry_until
+from elasticjob_agent.etcd.session import EtcdSession
 from elasticjob_agent.protocol.keys import JobKeys, RestartReason
 from elasticjob_agent.restart_budget import (
     RestartCounts,
@@ -25,6 +26,7 @@ from elasticjob_agent.restart_budget import (
 )
 
 BUDGET_SPENT_REASON = "MaxRestartsExceeded"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -36,63 +38,77 @@ class Recorded:
     counts: RestartCounts
 
 
+@dataclass(frozen=True)
+class _Stored:
+    counts: RestartCounts
+    revisions: dict[str, int]
+    """Mod revision per counter key present."""
+    seed: tuple[RestartCounts, int] | None
+    """The seed and its mod revision, when no counter exists yet."""
+
+
 class JobRestartCounter:
     """Counts group restarts once per torn-down round, atomically, in etcd.
 
-    Every call retries while etcd is unreachable, for at most ``patience`` seconds, then raises
-    ``EtcdUnavailableError``.
+    Runs on the agent's ``EtcdSession``. Every call retries while etcd is unreachable, for at
+    most ``patience`` seconds, then raises ``RendezvousConnectionError``; a stored value that
+    is not what an agent or the operator writes raises ``RestartStateError`` naming the key.
     """
 
     def __init__(
         self,
-        link: EtcdLink,
+        session: EtcdSession,
         keys: JobKeys,
         node: str,
         *,
         patience: float,
         clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        self._link = link
+        self._session = session
         self._keys = keys
         self._node = node
         self._patience = patience
         self._clock = clock
-        self._sleep = sleep
 
-    def _retrying(self, fn: Callable[[], Any], patience: float | None = None) -> Any:
-        deadline = self._clock() + (self._patience if patience is None else patience)
-        while True:
-            try:
-                return fn()
-            except EtcdUnavailableError:
-                if self._clock() >= deadline:
-                    raise
-                self._sleep(0.5)
+    def _run(self, op: Callable[[], Awaitable[T]], patience: float | None = None) -> T:
+        return self._session.run(
+            retry_until(
+                op,
+                patience=self._patience if patience is None else patience,
+                clock=self._clock,
+                what="restart counter",
+            )
+        )
 
-    def _counters(self) -> tuple[RestartCounts, dict[str, int], tuple[RestartCounts, int] | None]:
-        """(counts, mod revision per counter key, seed and its revision if counters are absent)."""
-        stored = self._link.get_prefix(self._keys.restarts + "/")
+    async def _stored(self) -> _Stored:
+        """The counters and the seed in one read (one transaction of two ranges)."""
+        restarts = (self._keys.restarts + "/").encode()
+        seed_key = self._keys.restart_seed
+        response = await self._session.client.txn(
+            [], [op_range(restarts, prefix_end(restarts)), op_range(seed_key.encode())]
+        )
+        stored_kvs, seed_kvs = (r.response_range.kvs for r in response.responses)
+        stored = {bytes(kv.key).decode(errors="replace"): kv for kv in stored_kvs}
         counts: dict[str, int] = {}
         revisions: dict[str, int] = {}
         for reason in RestartReason:
             key = self._keys.restart_counter(reason)
-            if key in stored:
-                raw, rev = stored[key]
-                counts[reason.value] = decode_counter(key, raw)
-                revisions[key] = rev
-        if counts:
-            return RestartCounts(counts), revisions, None
-        seed = self._link.get(self._keys.restart_seed)
-        if seed is None:
-            return RestartCounts(), revisions, None
-        seeded = decode_seed(self._keys.restart_seed, seed[0])
-        return seeded, revisions, (seeded, seed[1])
+            kv = stored.get(key)
+            if kv is not None:
+                counts[reason.value] = decode_counter(key, bytes(kv.value))
+                revisions[key] = int(kv.mod_revision)
+        if counts or not seed_kvs:
+            return _Stored(RestartCounts(counts), revisions, None)
+        seeded = decode_seed(seed_key, bytes(seed_kvs[0].value))
+        return _Stored(seeded, revisions, (seeded, int(seed_kvs[0].mod_revision)))
 
     def read(self) -> RestartCounts:
         """The job's counts now (the seed when no agent has counted yet)."""
-        counts: RestartCounts = self._retrying(lambda: self._counters()[0])
-        return counts
+
+        async def counts() -> RestartCounts:
+            return (await self._stored()).counts
+
+        return self._run(counts)
 
     def record(self, round_: int, reason: RestartReason, patience: float | None = None) -> Recorded:
         """Count the restart that tears down ``round_``, unless another agent already did.
@@ -101,39 +117,39 @@ class JobRestartCounter:
         revisions, so concurrent agents never lose or double an increment. ``patience``
         overrides the instance's etcd patience for this call.
         """
+        client = self._session.client
+        event_key = self._keys.restart_event(round_)
 
-        def attempt() -> Recorded | None:
-            event_key = self._keys.restart_event(round_)
-            existing = self._link.get(event_key)
+        async def attempt() -> Recorded | None:
+            existing = await client.get(event_key.encode())
             if existing is not None:
-                return Recorded(
-                    False, decode_event_reason(event_key, existing[0]), self._counters()[0]
-                )
-            counts, revisions, seed = self._counters()
-            new = counts.plus(reason)
+                winner = decode_event_reason(event_key, bytes(existing.value))
+                return Recorded(False, winner, (await self._stored()).counts)
+            stored = await self._stored()
+            new = stored.counts.plus(reason)
             to_write = (
-                new.by_reason if seed is not None else {reason.value: new.by_reason[reason.value]}
+                new.by_reason
+                if stored.seed is not None
+                else {reason.value: new.by_reason[reason.value]}
             )
-
-            compare = [cmp_create(event_key.encode(), "==", 0)]
+            compare: list[Any] = [cmp_create(event_key.encode(), "==", 0)]
             for r in RestartReason:
                 key = self._keys.restart_counter(r)
-                compare.append(cmp_mod(key.encode(), "==", revisions.get(key, 0)))
-            if seed is not None:
-                compare.append(cmp_mod(self._keys.restart_seed.encode(), "==", seed[1]))
+                compare.append(cmp_mod(key.encode(), "==", stored.revisions.get(key, 0)))
+            if stored.seed is not None:
+                compare.append(cmp_mod(self._keys.restart_seed.encode(), "==", stored.seed[1]))
             success = [op_put(event_key.encode(), encode_event(reason, self._node, time.time()))]
             for name, value in to_write.items():
                 key = self._keys.restart_counter(RestartReason(name))
                 success.append(op_put(key.encode(), str(value).encode()))
-
-            if self._link.transaction(compare, success):
-                return Recorded(True, reason, new)
-            return None  # lost a race: read again
+            response = await client.txn(compare, success)
+            return Recorded(True, reason, new) if response.succeeded else None
 
         while True:
-            result: Recorded | None = self._retrying(attempt, patience)
+            result = self._run(attempt, patience)
             if result is not None:
                 return result
+            # Lost a race with another agent: read again.
 
     def mark_budget_spent(self, counts: RestartCounts, max_restarts: int) -> None:
         """Say why the rendezvous is being closed, so every agent exits with the same code."""
@@ -147,15 +163,16 @@ class JobRestartCounter:
             },
             sort_keys=True,
         ).encode()
-        self._retrying(lambda: self._link.put(self._keys.close_reason, payload))
+        key = self._keys.close_reason.encode()
+        self._run(lambda: self._session.client.put(key, payload))
 
     def close_reason(self) -> str | None:
         """The reason an agent recorded when it closed the rendezvous, if any."""
-        got = self._retrying(lambda: self._link.get(self._keys.close_reason))
+        got = self._run(lambda: self._session.client.get(self._keys.close_reason.encode()))
         if got is None:
             return None
         try:
-            reason = json.loads(got[0]).get("reason")
-        except (json.JSONDecodeError, AttributeError):
+            reason = json.loads(bytes(got.value)).get("reason")
+        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
             return None
         return reason if isinstance(reason, str) else None

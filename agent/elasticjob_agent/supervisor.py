@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from elasticjob_agent.agent_status import AgentStatus
-from elasticjob_agent.etcd_link import EtcdUnavailableError
+from elasticjob_agent.etcd.client import EtcdRequestError
 from elasticjob_agent.logs import EventLog
 from elasticjob_agent.metrics import AgentMetrics
 from elasticjob_agent.protocol.exit_codes import ExitCode
@@ -270,7 +270,7 @@ class Supervisor:
     def _closed_reason(self) -> str | None:
         try:
             return self._counter.close_reason()
-        except EtcdUnavailableError:
+        except (RendezvousConnectionError, EtcdRequestError):
             return None
 
     def _exchange_roles(self, store: Any, group_rank: int, group_world: int) -> RankAssignment:
@@ -431,7 +431,7 @@ class Supervisor:
         try:
             # Short patience: the grace period matters more than the count during an outage.
             self._counter.record(self._round, RestartReason.PREEMPTION, patience=2.0)
-        except (EtcdUnavailableError, RestartStateError) as exc:
+        except (RendezvousConnectionError, EtcdRequestError, RestartStateError) as exc:
             logger.warning("could not count the preemption: %s", exc)
         self._leave()
         self._workers.stop(self._s.shutdown_timeout)
@@ -471,7 +471,7 @@ class Supervisor:
         """An etcd operation we cannot do without: exit 13 if etcd stays away too long."""
         try:
             return fn()
-        except EtcdUnavailableError as exc:
+        except (RendezvousConnectionError, EtcdRequestError) as exc:
             raise _Exit(ExitCode.ETCD_UNREACHABLE, str(exc)) from exc
         except RestartStateError as exc:
             raise _Exit(ExitCode.WORKER_FAILED, f"corrupt restart state: {exc}") from exc

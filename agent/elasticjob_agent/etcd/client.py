@@ -12,7 +12,7 @@ Contract:
   broken stream) raises ``RendezvousConnectionError`` at once, marks the client unreachable and
   drops the channel; the next request opens a new channel to the next endpoint, resolving its
   host name again (a Kubernetes Service may now point to a new pod). Retrying is the caller's
-  business (``retry_until``).
+  business (``elasticjob_agent.etcd.retry.retry_until``).
 - A request in flight on a connection that another request dropped is cancelled by grpc; it
   raises ``RendezvousConnectionError`` too. Only a cancellation of the caller's own task
   propagates as ``CancelledError``.
@@ -472,17 +472,11 @@ class EtcdClient:
         *,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> T:
-        """Run ``op`` until it does not raise ``RendezvousConnectionError`` or ``deadline``
-        (a ``monotonic`` time) passes; then re-raise the last connection error."""
-        delay = 0.05
-        while True:
-            try:
-                return await op()
-            except RendezvousConnectionError:
-                if monotonic() + delay >= deadline:
-                    raise
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
+        """``elasticjob_agent.etcd.retry.retry_until`` bounded by ``deadline`` only (kept for
+        callers written before the helper; new code calls the helper)."""
+        from elasticjob_agent.etcd.retry import retry_until  # noqa: PLC0415 - it imports us
+
+        return await retry_until(op, deadline=deadline, clock=monotonic)
 
 
 class _WatchStream:

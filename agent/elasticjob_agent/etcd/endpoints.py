@@ -33,9 +33,9 @@ def parse_endpoints(text: str) -> tuple[Endpoint, ...]:
 
 def _parse_one(entry: str) -> Endpoint:
     rest = entry
-    for scheme in ("http://", "https://"):
-        if rest.startswith(scheme):
-            rest = rest[len(scheme) :]
+    if rest.startswith("https://"):
+        raise ValueError(f"etcd endpoint {entry!r}: TLS endpoints are not supported yet")
+    rest = rest.removeprefix("http://")
     rest = rest.rstrip("/")
     port_text: str | None = None
     if rest.startswith("["):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 from collections.abc import Mapping
@@ -81,6 +82,16 @@ class RendezvousConfig:
     @property
     def keys(self) -> JobKeys:
         return JobKeys(self.key_prefix, self.run_id)
+
+    @property
+    def request_timeout(self) -> float:
+        """The deadline of one etcd request of this rendezvous's session."""
+        return min(5.0, self.etcd_timeout)
+
+    @property
+    def lease_ttl(self) -> int:
+        """The TTL (whole seconds) of the node's lease: ``heartbeat`` rounded up."""
+        return max(1, math.ceil(self.heartbeat))
 
     @classmethod
     def from_parameters(cls, params: Any) -> RendezvousConfig:

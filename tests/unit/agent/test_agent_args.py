@@ -117,7 +117,7 @@ def test_worst_case_time_to_fail() -> None:
         (["--nnodes", "3:1", *BASE, "t.py"], "--nnodes '3:1'"),
         (["--nnodes", "a", *BASE, "t.py"], "--nnodes 'a'"),
         (["--rdzv-id", "job1", "t.py"], "--rdzv-endpoint host:port is required"),
-        (["--rdzv-endpoint", "nohost", "t.py"], "not host:port"),
+        (["--rdzv-endpoint", "a:b:c", "t.py"], "--rdzv-endpoint: invalid etcd endpoint"),
         ([*BASE, "--rdzv-id", "bad id", "t.py"], "--rdzv-id"),
         ([*BASE, "--nproc-per-node", "0", "t.py"], "--nproc-per-node '0'"),
         ([*BASE, "--max-restarts", "-1", "t.py"], "--max-restarts must be >= 0"),

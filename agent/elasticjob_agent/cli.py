@@ -29,8 +29,8 @@ from elasticjob_agent.metrics import AgentMetrics
 from elasticjob_agent.protocol.exit_codes import ExitCode
 from elasticjob_agent.protocol.health import EtcdStatus
 from elasticjob_agent.protocol.keys import JobKeys
-from elasticjob_agent.restart_counter import JobRestartCounter
 from elasticjob_agent.standalone import EmbeddedEtcd, EtcdStartError
+from elasticjob_agent.supervision.restart_counter import JobRestartCounter
 from elasticjob_agent.supervisor import Supervisor, SupervisorSettings
 from elasticjob_agent.timer_server import TimerServer
 from elasticjob_agent.warm_pool import WarmPool

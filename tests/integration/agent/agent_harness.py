@@ -159,7 +159,7 @@ def _counter(endpoint: str, run_id: str) -> Iterator[Any]:
     from elasticjob_agent.etcd.endpoints import parse_endpoints  # noqa: PLC0415
     from elasticjob_agent.etcd.session import EtcdSession  # noqa: PLC0415
     from elasticjob_agent.protocol.keys import JobKeys  # noqa: PLC0415
-    from elasticjob_agent.restart_counter import JobRestartCounter  # noqa: PLC0415
+    from elasticjob_agent.supervision.restart_counter import JobRestartCounter  # noqa: PLC0415
 
     session = EtcdSession(parse_endpoints(endpoint), request_timeout=2.0, lease_ttl=5)
     try:

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from elasticjob_agent.etcd.endpoints import parse_endpoints
 from elasticjob_agent.etcd.session import EtcdSession
-from elasticjob_agent.protocol.keys import JobKeys, RestartReason
+from elasticjob_agent.protocol.keys import JobKeys
+from elasticjob_agent.protocol.restarts import BUDGET_SPENT_REASON, RestartReason, RestartStateError
 from elasticjob_agent.rendezvous.errors import RendezvousConnectionError
-from elasticjob_agent.restart_budget import RestartStateError
-from elasticjob_agent.restart_counter import BUDGET_SPENT_REASON, JobRestartCounter
+from elasticjob_agent.supervision.restart_counter import JobRestartCounter
 
 
 def open_session(endpoint: str, request_timeout: float = 2.0) -> EtcdSession:

@@ -1,13 +1,13 @@
 """The job-wide restart counter in etcd: one count per group restart, whichever agent sees it.
 
-Layout (``protocol.keys``): ``<restarts>/<reason>`` decimal counters, ``<restarts>/events/<round>``
-one record per torn-down round, ``<root>/restart-seed`` written by the operator, and
-``<root>/close-reason`` when an agent closed the rendezvous because the budget was spent.
+Values and their codecs: ``protocol.restarts``. Layout (``protocol.keys``):
+``<restarts>/<reason>`` decimal counters, ``<restarts>/events/<round>`` one record per
+torn-down round, ``<root>/restart-seed`` written by the operator, and ``<root>/close-reason``
+when an agent closed the rendezvous because the budget was spent.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -16,16 +16,19 @@ from typing import Any, TypeVar
 from elasticjob_agent.etcd.client import cmp_create, cmp_mod, op_put, op_range, prefix_end
 from elasticjob_agent.etcd.retry import retry_until
 from elasticjob_agent.etcd.session import EtcdSession
-from elasticjob_agent.protocol.keys import JobKeys, RestartReason
-from elasticjob_agent.restart_budget import (
+from elasticjob_agent.protocol.keys import JobKeys
+from elasticjob_agent.protocol.restarts import (
     RestartCounts,
+    RestartReason,
+    decode_close_reason,
     decode_counter,
     decode_event_reason,
     decode_seed,
+    encode_close_reason,
+    encode_counter,
     encode_event,
 )
 
-BUDGET_SPENT_REASON = "MaxRestartsExceeded"
 T = TypeVar("T")
 
 
@@ -141,7 +144,7 @@ class JobRestartCounter:
             success = [op_put(event_key.encode(), encode_event(reason, self._node, time.time()))]
             for name, value in to_write.items():
                 key = self._keys.restart_counter(RestartReason(name))
-                success.append(op_put(key.encode(), str(value).encode()))
+                success.append(op_put(key.encode(), encode_counter(value)))
             response = await client.txn(compare, success)
             return Recorded(True, reason, new) if response.succeeded else None
 
@@ -153,26 +156,14 @@ class JobRestartCounter:
 
     def mark_budget_spent(self, counts: RestartCounts, max_restarts: int) -> None:
         """Say why the rendezvous is being closed, so every agent exits with the same code."""
-        payload = json.dumps(
-            {
-                "reason": BUDGET_SPENT_REASON,
-                "node": self._node,
-                "byReason": dict(counts.by_reason),
-                "maxRestarts": max_restarts,
-                "at": time.time(),
-            },
-            sort_keys=True,
-        ).encode()
+        payload = encode_close_reason(counts.by_reason, self._node, max_restarts, time.time())
         key = self._keys.close_reason.encode()
         self._run(lambda: self._session.client.put(key, payload))
 
     def close_reason(self) -> str | None:
-        """The reason an agent recorded when it closed the rendezvous, if any."""
-        got = self._run(lambda: self._session.client.get(self._keys.close_reason.encode()))
-        if got is None:
-            return None
-        try:
-            reason = json.loads(bytes(got.value)).get("reason")
-        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
-            return None
-        return reason if isinstance(reason, str) else None
+        """The reason an agent recorded when it closed the rendezvous, if any.
+
+        Raises ``RestartStateError`` when the stored record is corrupt."""
+        key = self._keys.close_reason
+        got = self._run(lambda: self._session.client.get(key.encode()))
+        return None if got is None else decode_close_reason(key, bytes(got.value))

@@ -20,23 +20,23 @@ from typing import Any
 
 # First: it must run before anything imports grpc (the etcd session does).
 from elasticjob_agent._fork_safe_grpc import worker_environ
-from elasticjob_agent.agent_status import AgentStatus
 from elasticjob_agent.args import AgentArgs, UsageError, parse_args, resolve_nproc
 from elasticjob_agent.etcd.session import EtcdSession
-from elasticjob_agent.health_server import HealthServer
+from elasticjob_agent.health.metrics import AgentMetrics
+from elasticjob_agent.health.server import HealthServer
+from elasticjob_agent.health.status import AgentStatus
 from elasticjob_agent.logs import EventContext, EventLog, configure
-from elasticjob_agent.metrics import AgentMetrics
 from elasticjob_agent.protocol.exit_codes import ExitCode
 from elasticjob_agent.protocol.health import EtcdStatus
 from elasticjob_agent.protocol.keys import JobKeys
 from elasticjob_agent.standalone import EmbeddedEtcd, EtcdStartError
 from elasticjob_agent.supervision.restart_counter import JobRestartCounter
-from elasticjob_agent.supervisor import Supervisor, SupervisorSettings
-from elasticjob_agent.timer_server import TimerServer
-from elasticjob_agent.warm_pool import WarmPool
-from elasticjob_agent.worker_env import AgentKnobs
-from elasticjob_agent.worker_launch import worker_command
-from elasticjob_agent.workers import LocalWorkers, LogSettings, WarmLaunch
+from elasticjob_agent.supervision.supervisor import Supervisor, SupervisorSettings
+from elasticjob_agent.supervision.warm_pool import WarmPool
+from elasticjob_agent.supervision.worker_env import AgentKnobs
+from elasticjob_agent.supervision.worker_launch import worker_command
+from elasticjob_agent.supervision.workers import LocalWorkers, LogSettings, WarmLaunch
+from elasticjob_agent.timers.server import TimerServer
 
 logger = logging.getLogger("elasticjob_agent")
 

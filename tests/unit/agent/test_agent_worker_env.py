@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from elasticjob_agent.worker_env import (
+from elasticjob_agent.supervision.worker_env import (
     AgentKnobs,
     GroupContext,
     RankAssignment,

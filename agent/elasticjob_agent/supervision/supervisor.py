@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from elasticjob_agent.agent_status import AgentStatus
 from elasticjob_agent.etcd.client import EtcdRequestError
+from elasticjob_agent.health.metrics import AgentMetrics
+from elasticjob_agent.health.status import AgentStatus
 from elasticjob_agent.logs import EventLog
-from elasticjob_agent.metrics import AgentMetrics
 from elasticjob_agent.protocol.exit_codes import ExitCode
 from elasticjob_agent.protocol.health import AgentState, WorkerStatus
 from elasticjob_agent.protocol.restarts import RestartCounts, RestartReason, RestartStateError
@@ -39,7 +39,7 @@ from elasticjob_agent.supervision.restart_policy import (
     plan_restart,
     suspects_round_loss,
 )
-from elasticjob_agent.worker_env import (
+from elasticjob_agent.supervision.worker_env import (
     AgentKnobs,
     GroupContext,
     RankAssignment,

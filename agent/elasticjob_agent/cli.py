@@ -95,7 +95,8 @@ def run(args: AgentArgs) -> int:
             endpoint, run_id = etcd.endpoint, str(uuid.uuid4())
             logger.info("standalone: embedded etcd at %s, rdzv id %s", endpoint, run_id)
         else:
-            endpoint = ",".join(str(e) for e in args.rdzv_endpoints)
+            # With the scheme: parsed again with the same --rdzv-conf, https stays https.
+            endpoint = ",".join(e.url for e in args.rdzv_endpoints)
             run_id = args.rdzv_id
         events = EventLog(logger, EventContext(run_id=run_id, node=node))
         try:
@@ -124,7 +125,7 @@ def run(args: AgentArgs) -> int:
                 reach.reachable,
                 reach.last_contact,
                 reach.unreachable_since,
-                tuple(str(e) for e in endpoints),
+                tuple(e.url for e in endpoints),
             )
 
         status = AgentStatus(

@@ -68,6 +68,20 @@ _CHANNEL_OPTIONS = (
 )
 
 
+def _open_channel(endpoint: Endpoint) -> grpc.aio.Channel:
+    """A channel to ``endpoint``: TLS when it says so (never downgraded), else plaintext."""
+    if endpoint.tls is None:
+        return grpc.aio.insecure_channel(str(endpoint), options=list(_CHANNEL_OPTIONS))
+    try:
+        cacert, key, cert = endpoint.tls.read()
+    except ValueError as exc:
+        raise RendezvousConnectionError(f"etcd at {endpoint.url}: {exc}") from exc
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=cacert, private_key=key, certificate_chain=cert
+    )
+    return grpc.aio.secure_channel(str(endpoint), credentials, options=list(_CHANNEL_OPTIONS))
+
+
 class EtcdRequestError(Exception):
     """etcd rejected a request for a reason other than being unreachable."""
 
@@ -239,9 +253,7 @@ class EtcdClient:
 
     def _ensure_channel(self) -> None:
         if self._channel is None:
-            self._channel = grpc.aio.insecure_channel(
-                str(self.endpoint), options=list(_CHANNEL_OPTIONS)
-            )
+            self._channel = _open_channel(self.endpoint)
             self._kv = rpc.KVStub(self._channel)
             self._lease = rpc.LeaseStub(self._channel)
             self._watch = rpc.WatchStub(self._channel)
@@ -301,8 +313,16 @@ class EtcdClient:
             # a client-side deadline says nothing about the connection either.
             transport = code == grpc.StatusCode.UNAVAILABLE and not _from_server(exc)
             self._failed(drop=transport)
+            hint = ""
+            if self.endpoint.tls is not None and not _from_server(exc):
+                # A refused handshake looks like any unreachable server to grpc.
+                hint = (
+                    " (TLS: check that cacert signs etcd's certificate and that etcd accepts "
+                    "the client certificate cert/key)"
+                )
             return RendezvousConnectionError(
-                f"etcd at {','.join(map(str, self.endpoints))} unreachable: {code.name}: {details}"
+                f"etcd at {','.join(e.url for e in self.endpoints)} unreachable: "
+                f"{code.name}: {details}{hint}"
             )
         self._contact()
         if code == grpc.StatusCode.NOT_FOUND and "lease" in details:

@@ -45,6 +45,7 @@ from elasticjob_agent.supervision.worker_env import (
     RankAssignment,
     RoleInfo,
     assign_ranks,
+    parse_master,
     worker_env,
 )
 
@@ -171,8 +172,11 @@ class Supervisor:
             "rendezvous_completed", seconds=f"{rdzv_seconds:.3f}", group_world_size=group_world
         )
         counts = self._etcd(self._counter.read)
-        assignment = self._exchange_roles(info.store, group_rank, group_world)
-        master_addr, master_port = self._master(info, group_rank)
+        try:
+            assignment = self._exchange_roles(info.store, group_rank, group_world)
+            master_addr, master_port = self._master(info, group_rank)
+        except RendezvousStateError as exc:  # a peer's value in etcd is not what agents write
+            raise _Exit(ExitCode.WORKER_FAILED, f"corrupt rendezvous state: {exc}") from exc
         ctx = GroupContext(
             run_id=self._handler.get_run_id(),
             role=self._s.role,
@@ -280,7 +284,10 @@ class Supervisor:
         """torchrun's role-rank exchange, through the round's store (one key per node)."""
         mine = RoleInfo(self._s.role, group_rank, self._s.nproc_per_node)
         store.set(_ROLE_KEY.format(group_rank), mine.encode())
-        infos = [RoleInfo.decode(bytes(store.get(_ROLE_KEY.format(r)))) for r in range(group_world)]
+        infos = [
+            RoleInfo.decode(bytes(store.get(_ROLE_KEY.format(r))), _ROLE_KEY.format(r))
+            for r in range(group_world)
+        ]
         return assign_ranks(infos)[group_rank]
 
     def _master(self, info: Any, group_rank: int) -> tuple[str, int]:
@@ -295,8 +302,7 @@ class Supervisor:
                 port = int(sock.getsockname()[1])
             info.store.set(_MASTER_KEY, f"{addr}:{port}".encode())
             return addr, port
-        addr, _, port_text = bytes(info.store.get(_MASTER_KEY)).decode().rpartition(":")
-        return addr, int(port_text)
+        return parse_master(_MASTER_KEY, bytes(info.store.get(_MASTER_KEY)))
 
     def _monitor(self, store: Any, group_rank: int, group_world: int) -> RestartReason:
         """Watch until the group must restart; return why. Success and SIGTERM exit from here."""

@@ -10,6 +10,9 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeGuard
+
+from elasticjob_agent.rendezvous.errors import RendezvousStateError
 
 TIMER_SOCKET_ENV = "ELASTICJOB_TIMER_SOCKET"
 COLLECTIVE_TIMEOUT_ENV = "ELASTICJOB_COLLECTIVE_TIMEOUT_SECONDS"
@@ -33,16 +36,61 @@ class RoleInfo:
         ).encode()
 
     @classmethod
-    def decode(cls, raw: bytes) -> RoleInfo:
-        """Raise ``ValueError`` when a peer sent something else."""
+    def decode(cls, raw: bytes, key: str = "role info") -> RoleInfo:
+        """Parse a peer's role info read from etcd at ``key`` (untrusted): anything but what
+        ``encode`` writes, within bounds, raises ``RendezvousStateError`` naming the key."""
+        if len(raw) > MAX_ROLE_INFO_BYTES:
+            raise RendezvousStateError(f"role info at {key} is {len(raw)} bytes: corrupt")
         try:
-            data = json.loads(raw)
-            info = cls(str(data["role"]), int(data["groupRank"]), int(data["localWorldSize"]))
-        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"bad role info from a peer: {raw!r}") from exc
-        if info.local_world_size < 1 or info.group_rank < 0:
-            raise ValueError(f"bad role info from a peer: {raw!r}")
-        return info
+            data = json.loads(raw, parse_constant=_no_constant)
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            raise RendezvousStateError(f"role info at {key} is not valid JSON") from None
+        if not isinstance(data, dict):
+            raise RendezvousStateError(f"role info at {key} is not a JSON object")
+        role, rank, size = data.get("role"), data.get("groupRank"), data.get("localWorldSize")
+        if not isinstance(role, str) or not 0 < len(role) <= MAX_ROLE_CHARS:
+            raise RendezvousStateError(
+                f"role info at {key}: role must be 1-{MAX_ROLE_CHARS} characters"
+            )
+        if not _bounded_int(rank, 0, MAX_GROUP_RANK):
+            raise RendezvousStateError(
+                f"role info at {key}: groupRank must be an integer in 0..{MAX_GROUP_RANK}"
+            )
+        if not _bounded_int(size, 1, MAX_LOCAL_WORLD_SIZE):
+            raise RendezvousStateError(
+                f"role info at {key}: localWorldSize must be an integer in "
+                f"1..{MAX_LOCAL_WORLD_SIZE}"
+            )
+        return cls(role, rank, size)
+
+
+MAX_ROLE_INFO_BYTES = 4096
+MAX_ROLE_CHARS = 256
+MAX_GROUP_RANK = 1_000_000
+MAX_LOCAL_WORLD_SIZE = 4096
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not allowed")
+
+
+def _bounded_int(value: object, low: int, high: int) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def parse_master(key: str, raw: bytes) -> tuple[str, int]:
+    """``host:port`` that rank 0 published at ``key`` (untrusted); ``RendezvousStateError``
+    naming the key when it is not one."""
+    text = raw.decode("utf-8", errors="replace")
+    host, sep, port = text.rpartition(":")
+    if (
+        not sep
+        or not 0 < len(host) <= 255
+        or any(c.isspace() for c in host)
+        or not (port.isascii() and port.isdigit() and 0 < int(port) < 65536)
+    ):
+        raise RendezvousStateError(f"master address at {key} is {text[:80]!r}, not host:port")
+    return host.strip("[]"), int(port)
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from elasticjob_agent.args import UsageError, parse_args, parse_rdzv_conf, resolve_nproc
 from elasticjob_agent.etcd.endpoints import Endpoint
@@ -160,3 +162,25 @@ def test_resolve_nproc() -> None:
     assert resolve_nproc("auto", 8, 0) == 8
     with pytest.raises(UsageError, match="no GPU"):
         resolve_nproc("gpu", 8, 0)
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "Infinity", "NaN", "1e999", "+inf"])
+@pytest.mark.parametrize(
+    "flag",
+    [
+        "--monitor-interval",
+        "--shutdown-timeout",
+        "--etcd-timeout",
+        "--nccl-collective-timeout",
+        "--nccl-heartbeat-timeout",
+    ],
+)
+def test_non_finite_seconds_are_refused(flag: str, value: str) -> None:
+    with pytest.raises(UsageError, match=f"{flag} '{re.escape(value)}' must be a finite number"):
+        parse_args([*BASE, flag, value, "t.py"], {})
+
+
+@pytest.mark.parametrize("key", ["join_timeout", "last_call_timeout", "heartbeat"])
+def test_non_finite_rdzv_conf_seconds_are_refused(key: str) -> None:
+    with pytest.raises(UsageError, match=f"--rdzv-conf {key} 'inf' must be a finite number"):
+        parse_args([*BASE, "--rdzv-conf", f"{key}=inf", "t.py"], {})

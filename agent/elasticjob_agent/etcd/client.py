@@ -510,6 +510,8 @@ class _WatchStream:
         self._queues: dict[int, asyncio.Queue[Any]] = {}
         self._created: dict[int, asyncio.Future[Any]] = {}
         self._next_id = 1
+        # grpc allows one write at a time on a stream ("Internal error from Core" otherwise).
+        self._write_lock = asyncio.Lock()
         self.error: Exception | None = None
         self._closed = False
         self._reader = asyncio.get_running_loop().create_task(self._read())
@@ -555,6 +557,24 @@ class _WatchStream:
         for queue in self._queues.values():
             queue.put_nowait(error)
 
+    async def _write(self, request: Any) -> None:
+        """One write on the stream, serialized and bounded by the request deadline: grpc never
+        completes a write on a call cancelled before its initial metadata was sent (a channel
+        dropped under a fresh stream), and refuses one on a finished call."""
+        if self._closed:
+            raise RendezvousConnectionError("the etcd watch stream was closed")
+        try:
+            async with asyncio.timeout(self._client.request_timeout):
+                async with self._write_lock:
+                    await self._call.write(request)
+        except TimeoutError as exc:
+            self._client._failed(drop=False)
+            self.close()  # the client opens a new stream on the next watch
+            raise RendezvousConnectionError("etcd did not take a watch request in time") from exc
+        except (asyncio.InvalidStateError, grpc.aio.UsageError) as exc:
+            self.close()
+            raise RendezvousConnectionError(f"the etcd watch stream broke: {exc}") from exc
+
     async def add(self, create: Any) -> tuple[int, asyncio.Queue[Any]]:
         wid = self._next_id
         self._next_id += 1
@@ -564,7 +584,7 @@ class _WatchStream:
         queue: asyncio.Queue[Any] = asyncio.Queue()
         self._queues[wid] = queue
         try:
-            await self._call.write(rpc.WatchRequest(create_request=create))
+            await self._write(rpc.WatchRequest(create_request=create))
             created = await asyncio.wait_for(future, self._client.request_timeout)
         except TimeoutError as exc:
             self._queues.pop(wid, None)
@@ -588,12 +608,10 @@ class _WatchStream:
     async def cancel(self, wid: int) -> None:
         if self._queues.pop(wid, None) is None or not self.alive:
             return
-        # A stream closed under us refuses writes (InvalidStateError): nothing left to cancel.
-        with contextlib.suppress(
-            grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError
-        ):
+        # A stream that broke has nothing left to cancel (``_write`` closed it).
+        with contextlib.suppress(grpc.aio.AioRpcError, RendezvousConnectionError):
             request = rpc.WatchRequest(cancel_request=rpc.WatchCancelRequest(watch_id=wid))
-            await self._call.write(request)
+            await self._write(request)
 
     def close(self) -> None:
         self._closed = True

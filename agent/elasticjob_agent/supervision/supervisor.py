@@ -32,6 +32,12 @@ from elasticjob_agent.rendezvous import (
     RendezvousStateError,
     RendezvousTimeoutError,
 )
+from elasticjob_agent.rendezvous.role_info import (
+    RankAssignment,
+    RoleInfo,
+    assign_ranks,
+    parse_master,
+)
 from elasticjob_agent.supervision.restart_counter import Recorded
 from elasticjob_agent.supervision.restart_policy import (
     exit_for_closed,
@@ -39,15 +45,7 @@ from elasticjob_agent.supervision.restart_policy import (
     plan_restart,
     suspects_round_loss,
 )
-from elasticjob_agent.supervision.worker_env import (
-    AgentKnobs,
-    GroupContext,
-    RankAssignment,
-    RoleInfo,
-    assign_ranks,
-    parse_master,
-    worker_env,
-)
+from elasticjob_agent.supervision.worker_env import AgentKnobs, GroupContext, worker_env
 
 logger = logging.getLogger(__name__)
 

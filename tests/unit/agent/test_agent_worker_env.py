@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import pytest
 from elasticjob_agent.rendezvous.errors import RendezvousStateError
-from elasticjob_agent.supervision.worker_env import (
-    AgentKnobs,
-    GroupContext,
+from elasticjob_agent.rendezvous.role_info import (
     RankAssignment,
     RoleInfo,
     assign_ranks,
     parse_master,
-    worker_env,
 )
+from elasticjob_agent.supervision.worker_env import AgentKnobs, GroupContext, worker_env
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -31,7 +31,7 @@ lint: setup
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
 	.venv/bin/mypy
-	PYTHONPATH=agent:operator .venv/bin/lint-imports
+	PYTHONPATH=agent:operator:localcluster .venv/bin/lint-imports
 	scripts/sync-chart.sh --check
 
 fmt: setup

@@ -47,10 +47,10 @@ from pathlib import Path
 from typing import Any
 
 from elasticjob_agent.etcd.client import EtcdClient
+from elasticjob_agent.etcd.session import LeaseKeeper
 from elasticjob_agent.protocol.keys import JobKeys
 from elasticjob_agent.rendezvous.backend import create_backend
 from elasticjob_agent.rendezvous.executor import Executor
-from elasticjob_agent.rendezvous.session import LeaseKeeper
 from elasticjob_agent.rendezvous.state import Context
 from elasticjob_agent.rendezvous.wire import RendezvousKeys
 from torch.distributed import TCPStore  # type: ignore[attr-defined]

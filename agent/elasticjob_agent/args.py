@@ -7,13 +7,13 @@ Pure: ``parse_args(argv, environ)`` returns a validated, frozen ``AgentArgs`` or
 from __future__ import annotations
 
 import argparse
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from elasticjob_agent.etcd.endpoints import Endpoint
-from elasticjob_agent.etcd_link import parse_endpoints
+from elasticjob_agent.etcd.endpoints import TLS_KEYS, Endpoint, parse_endpoints, tls_from_conf
 from elasticjob_agent.protocol.health import DEFAULT_HEALTH_PORT
 from elasticjob_agent.protocol.keys import DEFAULT_PREFIX, validate_run_id
 
@@ -30,7 +30,7 @@ _POSITIVE_SECONDS = (
     "heartbeat",
     "etcd_timeout",
 )
-RDZV_CONF_KEYS = (*_POSITIVE_SECONDS, "key_prefix", "node_id")
+RDZV_CONF_KEYS = (*_POSITIVE_SECONDS, "key_prefix", "node_id", *TLS_KEYS, "protocol")
 
 
 class UsageError(ValueError):
@@ -340,13 +340,22 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> AgentArgs:
     rdzv_id = ns.rdzv_id
     if standalone:
         min_nodes = max_nodes = 1
+        if any(k in conf for k in (*TLS_KEYS, "protocol")):
+            raise UsageError(
+                "--standalone starts its own plain-HTTP etcd: drop cacert/cert/key/protocol "
+                "from --rdzv-conf"
+            )
     else:
         if not ns.rdzv_endpoint:
             raise UsageError("--rdzv-endpoint host:port is required (or use --standalone)")
         try:
-            endpoints = parse_endpoints(ns.rdzv_endpoint)
+            tls, protocol = tls_from_conf(conf)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
+        try:
+            endpoints = parse_endpoints(ns.rdzv_endpoint, tls, protocol)
+        except ValueError as exc:
+            raise UsageError(f"--rdzv-endpoint: {exc}") from None
         try:
             validate_run_id(rdzv_id)
         except ValueError as exc:
@@ -430,10 +439,14 @@ def resolve_nproc(spec: str, cpu_count: int, accelerator_count: int) -> int:
 
 
 def _number(name: str, text: Any) -> float:
+    """A finite number of seconds: ``inf`` and ``nan`` parse as floats but are no deadline."""
     try:
-        return float(text)
+        value = float(text)
     except (TypeError, ValueError):
         raise UsageError(f"{name} {text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise UsageError(f"{name} {text!r} must be a finite number of seconds")
+    return value
 
 
 def _positive(name: str, text: Any) -> float:

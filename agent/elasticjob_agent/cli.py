@@ -11,33 +11,33 @@ import signal
 import socket
 import sys
 import tempfile
-import threading
 import uuid
 from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
-# First: it must run before anything imports grpc (etcd_link does).
+# First: it must run before anything imports grpc (the etcd session does).
 from elasticjob_agent._fork_safe_grpc import worker_environ
-from elasticjob_agent.agent_status import AgentStatus
 from elasticjob_agent.args import AgentArgs, UsageError, parse_args, resolve_nproc
-from elasticjob_agent.etcd_link import EtcdLink, parse_endpoints
-from elasticjob_agent.health_server import HealthServer
+from elasticjob_agent.etcd.session import EtcdSession
+from elasticjob_agent.health.metrics import AgentMetrics
+from elasticjob_agent.health.server import HealthServer
+from elasticjob_agent.health.status import AgentStatus
 from elasticjob_agent.logs import EventContext, EventLog, configure
-from elasticjob_agent.metrics import AgentMetrics
 from elasticjob_agent.pid1 import init_if_pid1
 from elasticjob_agent.protocol.exit_codes import ExitCode
 from elasticjob_agent.protocol.health import EtcdStatus
 from elasticjob_agent.protocol.keys import JobKeys
-from elasticjob_agent.restart_counter import JobRestartCounter
 from elasticjob_agent.standalone import EmbeddedEtcd, EtcdStartError
-from elasticjob_agent.supervisor import Supervisor, SupervisorSettings
-from elasticjob_agent.timer_server import TimerServer
-from elasticjob_agent.warm_pool import WarmPool
-from elasticjob_agent.worker_env import AgentKnobs
-from elasticjob_agent.worker_launch import worker_command
-from elasticjob_agent.workers import LocalWorkers, LogSettings, WarmLaunch
+from elasticjob_agent.supervision.restart_counter import JobRestartCounter
+from elasticjob_agent.supervision.supervisor import Supervisor, SupervisorSettings
+from elasticjob_agent.supervision.warm_pool import WarmPool
+from elasticjob_agent.supervision.worker_env import AgentKnobs
+from elasticjob_agent.supervision.worker_launch import worker_command
+from elasticjob_agent.supervision.workers import LocalWorkers, LogSettings, WarmLaunch
+from elasticjob_agent.timers.server import TimerServer
 
 logger = logging.getLogger("elasticjob_agent")
 
@@ -58,14 +58,12 @@ def _accelerators() -> int:
         return 0
 
 
-def _make_handler(args: AgentArgs, endpoint: str, run_id: str, node: str) -> object:
-    """Our etcd-v3 handler from torch's ``RendezvousParameters``; ``ValueError`` on bad conf."""
+def _rendezvous_config(args: AgentArgs, endpoint: str, run_id: str, node: str) -> Any:
+    """Our ``RendezvousConfig`` from torch's ``RendezvousParameters``; ``ValueError`` on bad
+    conf."""
     from torch.distributed.elastic.rendezvous import RendezvousParameters  # noqa: PLC0415
 
-    from elasticjob_agent.rendezvous import (  # noqa: PLC0415
-        EtcdRendezvousHandler,
-        RendezvousConfig,
-    )
+    from elasticjob_agent.rendezvous.config import RendezvousConfig  # noqa: PLC0415
 
     conf = dict(args.rdzv_conf)
     conf["etcd_timeout"] = str(args.etcd_timeout)
@@ -79,13 +77,14 @@ def _make_handler(args: AgentArgs, endpoint: str, run_id: str, node: str) -> obj
         local_addr=args.local_addr,
         **conf,
     )
-    return EtcdRendezvousHandler(RendezvousConfig.from_parameters(params))
+    return RendezvousConfig.from_parameters(params)
 
 
-def _probe_loop(link: EtcdLink, metrics: AgentMetrics, stop: threading.Event) -> None:
-    while not stop.is_set():
-        metrics.set_etcd_reachable(link.probe(timeout=_PROBE_INTERVAL))
-        stop.wait(_PROBE_INTERVAL)
+def _make_handler(config: Any, session: EtcdSession) -> Any:
+    """Our etcd-v3 handler on the process's one etcd session."""
+    from elasticjob_agent.rendezvous.handler import EtcdRendezvousHandler  # noqa: PLC0415
+
+    return EtcdRendezvousHandler(config, session=session)
 
 
 def run(args: AgentArgs) -> int:
@@ -97,24 +96,24 @@ def run(args: AgentArgs) -> int:
             endpoint, run_id = etcd.endpoint, str(uuid.uuid4())
             logger.info("standalone: embedded etcd at %s, rdzv id %s", endpoint, run_id)
         else:
-            endpoint = ",".join(str(e) for e in args.rdzv_endpoints)
+            # With the scheme: parsed again with the same --rdzv-conf, https stays https.
+            endpoint = ",".join(e.url for e in args.rdzv_endpoints)
             run_id = args.rdzv_id
-        endpoints = parse_endpoints(endpoint)
         events = EventLog(logger, EventContext(run_id=run_id, node=node))
         try:
-            handler = _make_handler(args, endpoint, run_id, node)
+            config = _rendezvous_config(args, endpoint, run_id, node)
         except ValueError as exc:
             return _usage_error(str(exc))
-        link = EtcdLink(endpoints)
-        stack.callback(link.close)
-        metrics = AgentMetrics(run_id)
-        probe_stop = threading.Event()
-        probe = threading.Thread(
-            target=_probe_loop, args=(link, metrics, probe_stop), name="etcd-probe", daemon=True
+        endpoints = config.endpoints
+        # The process's one way to etcd: the handler, its stores, the restart counter and the
+        # probe all run on this session (one loop thread, one channel, one reachability record).
+        session = EtcdSession(
+            endpoints, request_timeout=config.request_timeout, lease_ttl=config.lease_ttl
         )
-        probe.start()
-        stack.callback(probe.join, 3.0)
-        stack.callback(probe_stop.set)
+        stack.callback(session.close)
+        handler = _make_handler(config, session)
+        session.start_probe(_PROBE_INTERVAL, timeout=_PROBE_INTERVAL)
+        metrics = AgentMetrics(run_id, etcd_reachable=lambda: session.reachability().reachable)
 
         work_dir = Path(tempfile.mkdtemp(prefix="elasticjob-agent-"))
         stack.callback(_remove_tree, work_dir)
@@ -122,12 +121,12 @@ def run(args: AgentArgs) -> int:
         stack.callback(timers.close)
 
         def etcd_status() -> EtcdStatus:
-            reach = link.status()
+            reach = session.reachability()
             return EtcdStatus(
                 reach.reachable,
                 reach.last_contact,
                 reach.unreachable_since,
-                tuple(str(e) for e in endpoints),
+                tuple(e.url for e in endpoints),
             )
 
         status = AgentStatus(
@@ -187,7 +186,7 @@ def run(args: AgentArgs) -> int:
             warm,
         )
         counter = JobRestartCounter(
-            link, JobKeys(args.key_prefix, run_id), node, patience=args.etcd_timeout
+            session, JobKeys(args.key_prefix, run_id), node, patience=args.etcd_timeout
         )
         supervisor = Supervisor(
             SupervisorSettings(
@@ -206,7 +205,7 @@ def run(args: AgentArgs) -> int:
                     timer_socket=timers.path,
                 ),
             ),
-            handler=handler,  # type: ignore[arg-type]
+            handler=handler,
             counter=counter,
             workers=workers,
             timers=timers,
@@ -214,7 +213,7 @@ def run(args: AgentArgs) -> int:
             metrics=metrics,
             events=events,
             environ=worker_environ(os.environ),
-            etcd_unreachable_since=lambda: link.status().unreachable_since,
+            etcd_unreachable_since=lambda: session.reachability().unreachable_since,
         )
 
         def on_signal(signum: int, frame: FrameType | None) -> None:

@@ -15,7 +15,7 @@ import urllib.request
 from pathlib import Path
 from types import TracebackType
 
-from elasticjob_agent.parent_death import die_with_parent
+from elasticjob_agent.supervision.parent_death import die_with_parent
 
 
 class EtcdStartError(RuntimeError):

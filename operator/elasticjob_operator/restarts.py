@@ -18,20 +18,33 @@ The rule (docs/operator.md, "Restart semantics"):
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 
 from elasticjob_agent.protocol.health import HealthReport
-from elasticjob_agent.protocol.keys import RestartReason
+from elasticjob_agent.protocol.restarts import (
+    AGENT_COUNTED,
+    ETCD_RECOVERED,
+    POD_FAILURE,
+    POD_LOST,
+    SPENDS_BUDGET,
+)
+from elasticjob_agent.protocol.restarts import budget_exhausted as budget_spent
+from elasticjob_agent.protocol.restarts import encode_seed as seed_json
+from elasticjob_agent.protocol.restarts import spent as failures
 
-POD_FAILURE = "pod-failure"
-"""A worker pod failed before its agent joined a round; spends the budget."""
-POD_LOST = "pod-lost"
-"""A worker pod was lost (node lost, evicted, deleted) before its agent joined a round; free."""
-ETCD_RECOVERED = RestartReason.ETCD_RECOVERED.value
-
-AGENT_COUNTED = frozenset(r.value for r in RestartReason if r is not RestartReason.ETCD_RECOVERED)
-SPENDS_BUDGET = frozenset({RestartReason.FAILURE.value, RestartReason.TIMER.value, POD_FAILURE})
+__all__ = [
+    "AGENT_COUNTED",
+    "ETCD_RECOVERED",
+    "POD_FAILURE",
+    "POD_LOST",
+    "SPENDS_BUDGET",
+    "budget_spent",
+    "bump",
+    "failures",
+    "merge_reports",
+    "seed_json",
+    "total",
+]
 
 
 def merge_reports(
@@ -56,21 +69,3 @@ def bump(counts: Mapping[str, int], reason: str, by: int = 1) -> dict[str, int]:
 
 def total(counts: Mapping[str, int]) -> int:
     return sum(counts.values())
-
-
-def failures(counts: Mapping[str, int]) -> int:
-    """Restarts that spend ``maxRestarts``."""
-    return sum(v for k, v in counts.items() if k in SPENDS_BUDGET)
-
-
-def budget_spent(counts: Mapping[str, int], max_restarts: int) -> bool:
-    return failures(counts) > max_restarts
-
-
-def seed_json(counts: Mapping[str, int]) -> str:
-    """The ``restart-seed`` value (docs/contracts.md): only the reasons agents know."""
-    known = {r.value for r in RestartReason}
-    return json.dumps(
-        {"byReason": {k: v for k, v in sorted(counts.items()) if k in known and v > 0}},
-        sort_keys=True,
-    )

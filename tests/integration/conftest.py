@@ -19,6 +19,8 @@ without it the fixture fails loudly, it never skips.
 
 from __future__ import annotations
 
+import datetime
+import ipaddress
 import os
 import shutil
 import signal
@@ -27,9 +29,15 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 _START_TIMEOUT = 20.0
 
@@ -41,10 +49,135 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-class EtcdServer:
-    """One etcd member on loopback, with its data in a private temporary directory."""
+@dataclass(frozen=True)
+class TlsMaterial:
+    """PEM files of a test CA with a server and a client certificate, and a client certificate
+    of ANOTHER CA (which etcd must refuse). The server certificate names 127.0.0.1 and
+    localhost."""
 
-    def __init__(self, base_dir: Path, *, extra_args: tuple[str, ...] = ()) -> None:
+    ca: Path
+    server_cert: Path
+    server_key: Path
+    client_cert: Path
+    client_key: Path
+    stranger_ca: Path
+    stranger_cert: Path
+    stranger_key: Path
+
+
+def _key() -> Any:
+
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _write(path: Path, cert: Any, key: Any) -> None:
+
+    path.with_suffix(".crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    path.with_suffix(".key").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+
+
+def _certificate(
+    subject: str, key: Any, issuer: tuple[Any, Any] | None, *, server: bool = False
+) -> Any:
+    """A certificate for ``key``, signed by ``issuer`` (cert, key) or self-signed CA if None."""
+
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
+    now = datetime.datetime.now(datetime.UTC)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(issuer[0].subject if issuer else name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+    )
+    if issuer is None:
+        builder = builder.add_extension(x509.BasicConstraints(ca=True, path_length=0), True)
+        builder = builder.add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            True,
+        )
+    else:
+        builder = builder.add_extension(x509.BasicConstraints(ca=False, path_length=None), True)
+        usages = [ExtendedKeyUsageOID.SERVER_AUTH] if server else []
+        usages.append(ExtendedKeyUsageOID.CLIENT_AUTH)
+        builder = builder.add_extension(x509.ExtendedKeyUsage(usages), False)
+        if server:
+            builder = builder.add_extension(
+                x509.SubjectAlternativeName(
+                    [
+                        x509.DNSName("localhost"),
+                        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                    ]
+                ),
+                False,
+            )
+    signer = issuer[1] if issuer else key
+    return builder.sign(signer, hashes.SHA256())
+
+
+def make_tls_material(directory: Path) -> TlsMaterial:
+    """Generate a CA, a server and a client certificate, and a stranger CA's client cert."""
+    directory.mkdir(parents=True, exist_ok=True)
+    ca_key = _key()
+    ca = _certificate("elasticjob-test-ca", ca_key, None)
+    _write(directory / "ca", ca, ca_key)
+    server_key = _key()
+    _write(
+        directory / "server",
+        _certificate("etcd", server_key, (ca, ca_key), server=True),
+        server_key,
+    )
+    client_key = _key()
+    _write(directory / "client", _certificate("agent", client_key, (ca, ca_key)), client_key)
+    stranger_ca_key = _key()
+    stranger_ca = _certificate("another-tenant-ca", stranger_ca_key, None)
+    _write(directory / "stranger-ca", stranger_ca, stranger_ca_key)
+    stranger_key = _key()
+    stranger = _certificate("intruder", stranger_key, (stranger_ca, stranger_ca_key))
+    _write(directory / "stranger", stranger, stranger_key)
+    return TlsMaterial(
+        ca=directory / "ca.crt",
+        server_cert=directory / "server.crt",
+        server_key=directory / "server.key",
+        client_cert=directory / "client.crt",
+        client_key=directory / "client.key",
+        stranger_ca=directory / "stranger-ca.crt",
+        stranger_cert=directory / "stranger.crt",
+        stranger_key=directory / "stranger.key",
+    )
+
+
+class EtcdServer:
+    """One etcd member on loopback, with its data in a private temporary directory.
+
+    With ``tls``, it serves clients on https only and requires a client certificate signed by
+    ``tls.ca`` (``--client-cert-auth``); ``endpoint`` is then an ``https://`` URL."""
+
+    def __init__(
+        self,
+        base_dir: Path,
+        *,
+        extra_args: tuple[str, ...] = (),
+        tls: TlsMaterial | None = None,
+    ) -> None:
         binary = shutil.which("etcd")
         if binary is None:
             raise RuntimeError("etcd binary not found on PATH: run scripts/setup.sh (etcd-server)")
@@ -56,10 +189,13 @@ class EtcdServer:
         self.data_dir = base_dir / "data"
         self.log_path = base_dir / "etcd.log"
         self.extra_args = extra_args
+        self.tls = tls
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
     def endpoint(self) -> str:
+        if self.tls is not None:
+            return f"https://{self.host}:{self.port}"
         return f"{self.host}:{self.port}"
 
     @property
@@ -67,8 +203,17 @@ class EtcdServer:
         return self._proc is not None and self._proc.poll() is None
 
     def _command(self) -> list[str]:
-        client = f"http://{self.host}:{self.port}"
+        client = f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"
         peer = f"http://{self.host}:{self.peer_port}"
+        tls: list[str] = []
+        if self.tls is not None:
+            # etcd 3.4's names (Debian's etcd-server): client TLS with required client certs.
+            tls = [
+                "--client-cert-auth",
+                f"--trusted-ca-file={self.tls.ca}",
+                f"--cert-file={self.tls.server_cert}",
+                f"--key-file={self.tls.server_key}",
+            ]
         return [
             self.binary,
             "--name=default",
@@ -79,6 +224,7 @@ class EtcdServer:
             f"--initial-advertise-peer-urls={peer}",
             f"--initial-cluster=default={peer}",
             "--log-level=warn",
+            *tls,
             *self.extra_args,
         ]
 
@@ -139,8 +285,15 @@ class EtcdServer:
         self.start()
 
     def etcdctl(self, *args: str, timeout: float = 10.0) -> str:
+        tls: list[str] = []
+        if self.tls is not None:
+            tls = [
+                f"--cacert={self.tls.ca}",
+                f"--cert={self.tls.client_cert}",
+                f"--key={self.tls.client_key}",
+            ]
         out = subprocess.run(
-            ["etcdctl", f"--endpoints={self.endpoint}", *args],
+            ["etcdctl", f"--endpoints={self.endpoint}", *tls, *args],
             env=dict(os.environ, ETCDCTL_API="3"),
             capture_output=True,
             check=True,
@@ -149,9 +302,10 @@ class EtcdServer:
         return out.stdout.decode()
 
 
-def _serve(extra_args: tuple[str, ...] = ()) -> Iterator[EtcdServer]:
+def _serve(extra_args: tuple[str, ...] = (), *, tls: bool = False) -> Iterator[EtcdServer]:
     base = Path(tempfile.mkdtemp(prefix="elasticjob-etcd-"))
-    server = EtcdServer(base, extra_args=extra_args)
+    material = make_tls_material(base / "tls") if tls else None
+    server = EtcdServer(base, extra_args=extra_args, tls=material)
     try:
         server.start()
         yield server
@@ -170,3 +324,10 @@ def etcd_server() -> Iterator[EtcdServer]:
 def etcd_server_session() -> Iterator[EtcdServer]:
     """One etcd shared by the whole session: never stop it; use unique run ids."""
     yield from _serve()
+
+
+@pytest.fixture(scope="module")
+def etcd_tls_server() -> Iterator[EtcdServer]:
+    """An etcd that speaks only TLS and requires client certificates of its own CA
+    (``server.tls``: the PEM files); one per test module: use unique run ids."""
+    yield from _serve(tls=True)

@@ -1,26 +1,10 @@
-"""The agent's etcd v3 access: endpoint parsing and a small asyncio client with failover.
+"""The agent's etcd v3 access: endpoints, the asyncio client, the session, the retry helper.
 
-Public API (also used by the restart counter): ``parse_endpoints``, ``Endpoint``, ``EtcdClient``,
-``EtcdRequestError``, ``LeaseNotFoundError``, ``Reachability``, ``prefix_end`` and the
-transaction helpers in ``elasticjob_agent.etcd.client``. Unreachable etcd surfaces as
-``elasticjob_agent.rendezvous.RendezvousConnectionError``.
+- ``endpoints``: ``parse_endpoints`` (the one parser of ``--rdzv-endpoint``), ``Endpoint``;
+  pure, so the command line can use it without loading grpc.
+- ``client``: ``EtcdClient`` and the transaction building blocks (the only gRPC module).
+- ``session``: ``EtcdSession``, the one loop thread, client and lease of an agent process.
+- ``retry``: ``retry_until``, the one retry helper.
+
+This package imports none of them eagerly: importing ``endpoints`` must not load grpc.
 """
-
-from elasticjob_agent.etcd.client import (
-    EtcdClient,
-    EtcdRequestError,
-    LeaseNotFoundError,
-    Reachability,
-    prefix_end,
-)
-from elasticjob_agent.etcd.endpoints import Endpoint, parse_endpoints
-
-__all__ = [
-    "Endpoint",
-    "EtcdClient",
-    "EtcdRequestError",
-    "LeaseNotFoundError",
-    "Reachability",
-    "parse_endpoints",
-    "prefix_end",
-]

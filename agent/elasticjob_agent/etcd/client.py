@@ -12,7 +12,7 @@ Contract:
   broken stream) raises ``RendezvousConnectionError`` at once, marks the client unreachable and
   drops the channel; the next request opens a new channel to the next endpoint, resolving its
   host name again (a Kubernetes Service may now point to a new pod). Retrying is the caller's
-  business (``retry_until``).
+  business (``elasticjob_agent.etcd.retry.retry_until``).
 - A request in flight on a connection that another request dropped is cancelled by grpc; it
   raises ``RendezvousConnectionError`` too. Only a cancellation of the caller's own task
   propagates as ``CancelledError``.
@@ -66,6 +66,20 @@ _CHANNEL_OPTIONS = (
     # One TCP connection per client, even for many clients in one process (benchmarks, tests).
     ("grpc.use_local_subchannel_pool", 1),
 )
+
+
+def _open_channel(endpoint: Endpoint) -> grpc.aio.Channel:
+    """A channel to ``endpoint``: TLS when it says so (never downgraded), else plaintext."""
+    if endpoint.tls is None:
+        return grpc.aio.insecure_channel(str(endpoint), options=list(_CHANNEL_OPTIONS))
+    try:
+        cacert, key, cert = endpoint.tls.read()
+    except ValueError as exc:
+        raise RendezvousConnectionError(f"etcd at {endpoint.url}: {exc}") from exc
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=cacert, private_key=key, certificate_chain=cert
+    )
+    return grpc.aio.secure_channel(str(endpoint), credentials, options=list(_CHANNEL_OPTIONS))
 
 
 class EtcdRequestError(Exception):
@@ -239,9 +253,7 @@ class EtcdClient:
 
     def _ensure_channel(self) -> None:
         if self._channel is None:
-            self._channel = grpc.aio.insecure_channel(
-                str(self.endpoint), options=list(_CHANNEL_OPTIONS)
-            )
+            self._channel = _open_channel(self.endpoint)
             self._kv = rpc.KVStub(self._channel)
             self._lease = rpc.LeaseStub(self._channel)
             self._watch = rpc.WatchStub(self._channel)
@@ -301,8 +313,16 @@ class EtcdClient:
             # a client-side deadline says nothing about the connection either.
             transport = code == grpc.StatusCode.UNAVAILABLE and not _from_server(exc)
             self._failed(drop=transport)
+            hint = ""
+            if self.endpoint.tls is not None and not _from_server(exc):
+                # A refused handshake looks like any unreachable server to grpc.
+                hint = (
+                    " (TLS: check that cacert signs etcd's certificate and that etcd accepts "
+                    "the client certificate cert/key)"
+                )
             return RendezvousConnectionError(
-                f"etcd at {','.join(map(str, self.endpoints))} unreachable: {code.name}: {details}"
+                f"etcd at {','.join(e.url for e in self.endpoints)} unreachable: "
+                f"{code.name}: {details}{hint}"
             )
         self._contact()
         if code == grpc.StatusCode.NOT_FOUND and "lease" in details:
@@ -472,17 +492,11 @@ class EtcdClient:
         *,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> T:
-        """Run ``op`` until it does not raise ``RendezvousConnectionError`` or ``deadline``
-        (a ``monotonic`` time) passes; then re-raise the last connection error."""
-        delay = 0.05
-        while True:
-            try:
-                return await op()
-            except RendezvousConnectionError:
-                if monotonic() + delay >= deadline:
-                    raise
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
+        """``elasticjob_agent.etcd.retry.retry_until`` bounded by ``deadline`` only (kept for
+        callers written before the helper; new code calls the helper)."""
+        from elasticjob_agent.etcd.retry import retry_until  # noqa: PLC0415 - it imports us
+
+        return await retry_until(op, deadline=deadline, clock=monotonic)
 
 
 class _WatchStream:
@@ -496,6 +510,8 @@ class _WatchStream:
         self._queues: dict[int, asyncio.Queue[Any]] = {}
         self._created: dict[int, asyncio.Future[Any]] = {}
         self._next_id = 1
+        # grpc allows one write at a time on a stream ("Internal error from Core" otherwise).
+        self._write_lock = asyncio.Lock()
         self.error: Exception | None = None
         self._closed = False
         self._reader = asyncio.get_running_loop().create_task(self._read())
@@ -541,6 +557,24 @@ class _WatchStream:
         for queue in self._queues.values():
             queue.put_nowait(error)
 
+    async def _write(self, request: Any) -> None:
+        """One write on the stream, serialized and bounded by the request deadline: grpc never
+        completes a write on a call cancelled before its initial metadata was sent (a channel
+        dropped under a fresh stream), and refuses one on a finished call."""
+        if self._closed:
+            raise RendezvousConnectionError("the etcd watch stream was closed")
+        try:
+            async with asyncio.timeout(self._client.request_timeout):
+                async with self._write_lock:
+                    await self._call.write(request)
+        except TimeoutError as exc:
+            self._client._failed(drop=False)
+            self.close()  # the client opens a new stream on the next watch
+            raise RendezvousConnectionError("etcd did not take a watch request in time") from exc
+        except (asyncio.InvalidStateError, grpc.aio.UsageError) as exc:
+            self.close()
+            raise RendezvousConnectionError(f"the etcd watch stream broke: {exc}") from exc
+
     async def add(self, create: Any) -> tuple[int, asyncio.Queue[Any]]:
         wid = self._next_id
         self._next_id += 1
@@ -550,7 +584,7 @@ class _WatchStream:
         queue: asyncio.Queue[Any] = asyncio.Queue()
         self._queues[wid] = queue
         try:
-            await self._call.write(rpc.WatchRequest(create_request=create))
+            await self._write(rpc.WatchRequest(create_request=create))
             created = await asyncio.wait_for(future, self._client.request_timeout)
         except TimeoutError as exc:
             self._queues.pop(wid, None)
@@ -574,12 +608,10 @@ class _WatchStream:
     async def cancel(self, wid: int) -> None:
         if self._queues.pop(wid, None) is None or not self.alive:
             return
-        # A stream closed under us refuses writes (InvalidStateError): nothing left to cancel.
-        with contextlib.suppress(
-            grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError
-        ):
+        # A stream that broke has nothing left to cancel (``_write`` closed it).
+        with contextlib.suppress(grpc.aio.AioRpcError, RendezvousConnectionError):
             request = rpc.WatchRequest(cancel_request=rpc.WatchCancelRequest(watch_id=wid))
-            await self._call.write(request)
+            await self._write(request)
 
     def close(self) -> None:
         self._closed = True

@@ -9,34 +9,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from enum import Enum
+
+from elasticjob_agent.protocol.restarts import RestartReason
 
 DEFAULT_PREFIX = "/elasticjob"
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
-
-
-class RestartReason(str, Enum):
-    """Why the worker group restarted. Only ``FAILURE`` and ``TIMER`` spend ``max_restarts``."""
-
-    FAILURE = "failure"
-    """A worker process exited non-zero (or a node's agent died after the round completed)."""
-
-    TIMER = "timer"
-    """A worker's expiration timer fired and the agent killed it."""
-
-    MEMBERSHIP = "membership"
-    """Nodes joined (scale-up) or left cleanly (scale-down): free."""
-
-    PREEMPTION = "preemption"
-    """A node was terminated (SIGTERM) by Kubernetes: free."""
-
-    ETCD_RECOVERED = "etcd-recovered"
-    """The group re-formed after etcd was lost and recreated: free."""
-
-    @property
-    def spends_budget(self) -> bool:
-        return self in (RestartReason.FAILURE, RestartReason.TIMER)
 
 
 def validate_run_id(run_id: str) -> str:

@@ -18,11 +18,11 @@ from torch.distributed.elastic.rendezvous.dynamic_rendezvous import RendezvousBa
 
 from elasticjob_agent.etcd.client import cmp_mod, cmp_version, op_put, op_range
 from elasticjob_agent.etcd.endpoints import Endpoint
+from elasticjob_agent.etcd.session import EtcdSession
 from elasticjob_agent.protocol.keys import DEFAULT_PREFIX, JobKeys
 from elasticjob_agent.rendezvous.config import BACKEND_NAME, RendezvousConfig
 from elasticjob_agent.rendezvous.errors import RendezvousStateError
 from elasticjob_agent.rendezvous.executor import Executor
-from elasticjob_agent.rendezvous.session import EtcdSession
 from elasticjob_agent.rendezvous.store import EtcdStore
 from elasticjob_agent.rendezvous.wire import RendezvousKeys, decode, encode
 

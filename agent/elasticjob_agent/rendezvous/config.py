@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from elasticjob_agent.etcd.endpoints import Endpoint, parse_endpoints
+from elasticjob_agent.etcd.endpoints import TLS_KEYS, Endpoint, parse_endpoints, tls_from_conf
 from elasticjob_agent.protocol.keys import DEFAULT_PREFIX, JobKeys
 
 BACKEND_NAME = "etcd-v3"
@@ -27,6 +28,7 @@ _IGNORED_KEYS = frozenset(
     }
 )
 _FLOAT_KEYS = ("join_timeout", "last_call_timeout", "close_timeout", "heartbeat", "etcd_timeout")
+_OTHER_KEYS = ("key_prefix", "node_id", *TLS_KEYS, "protocol")
 
 
 def default_node_id() -> str:
@@ -41,7 +43,7 @@ class RendezvousConfig:
     run_id: str
     """The job run; all keys live under ``<key_prefix>/<run_id>/rdzv``."""
     endpoints: tuple[Endpoint, ...]
-    """etcd client addresses, tried in order with failover."""
+    """etcd client addresses, tried in order with failover; each says whether it uses TLS."""
     min_nodes: int
     max_nodes: int
     join_timeout: float = 600.0
@@ -71,8 +73,10 @@ class RendezvousConfig:
             )
         for name in _FLOAT_KEYS:
             value = getattr(self, name)
-            if not value > 0:
-                raise ValueError(f"rendezvous option {name} must be > 0, got {value!r}")
+            if not (value > 0 and math.isfinite(value)):
+                raise ValueError(
+                    f"rendezvous option {name} must be a finite number > 0, got {value!r}"
+                )
         if self.heartbeat < 1:
             raise ValueError(f"rendezvous option heartbeat must be >= 1 s, got {self.heartbeat}")
         if not self.node_id or "/" in self.node_id:
@@ -82,21 +86,35 @@ class RendezvousConfig:
     def keys(self) -> JobKeys:
         return JobKeys(self.key_prefix, self.run_id)
 
+    @property
+    def request_timeout(self) -> float:
+        """The deadline of one etcd request of this rendezvous's session."""
+        return min(5.0, self.etcd_timeout)
+
+    @property
+    def lease_ttl(self) -> int:
+        """The TTL (whole seconds) of the node's lease: ``heartbeat`` rounded up."""
+        return max(1, math.ceil(self.heartbeat))
+
     @classmethod
     def from_parameters(cls, params: Any) -> RendezvousConfig:
         """Build from torch's ``RendezvousParameters`` (``--rdzv-*`` flags and ``--rdzv-conf``).
 
         ``--rdzv-conf`` keys: join_timeout, last_call_timeout, close_timeout, heartbeat,
-        key_prefix, etcd_timeout, node_id (see docs/contracts.md). Raises ``ValueError`` naming
+        key_prefix, etcd_timeout, node_id, and TLS: cacert, cert, key, protocol (see
+        docs/contracts.md and ``elasticjob_agent.etcd.endpoints``). Raises ``ValueError`` naming
         the bad key or value.
         """
         conf: Mapping[str, Any] = dict(params.config)
-        unknown = sorted(set(conf) - set(_FLOAT_KEYS) - {"key_prefix", "node_id"} - _IGNORED_KEYS)
+        unknown = sorted(set(conf) - set(_FLOAT_KEYS) - set(_OTHER_KEYS) - _IGNORED_KEYS)
         if unknown:
             raise ValueError(
                 f"unknown --rdzv-conf key(s) {', '.join(unknown)} for backend {BACKEND_NAME}; "
-                f"known: {', '.join((*_FLOAT_KEYS, 'key_prefix', 'node_id'))}"
+                f"known: {', '.join((*_FLOAT_KEYS, *_OTHER_KEYS))}"
             )
+        tls, protocol = tls_from_conf(
+            {k: None if conf.get(k) is None else str(conf[k]) for k in (*TLS_KEYS, "protocol")}
+        )
         numbers: dict[str, float] = {}
         for name in _FLOAT_KEYS:
             if name in conf and conf[name] is not None:
@@ -117,7 +135,7 @@ class RendezvousConfig:
             extra["node_id"] = str(conf["node_id"])
         config = cls(
             run_id=params.run_id,
-            endpoints=parse_endpoints(endpoint),
+            endpoints=parse_endpoints(endpoint, tls, protocol),
             min_nodes=int(params.min_nodes),
             max_nodes=int(params.max_nodes),
             local_addr=params.local_addr,

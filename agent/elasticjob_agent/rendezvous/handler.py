@@ -17,9 +17,9 @@ from torch.distributed.elastic.rendezvous.api import (
 )
 
 from elasticjob_agent.etcd.client import cmp_version, op_put, op_range, prefix_end
+from elasticjob_agent.etcd.session import EtcdSession
 from elasticjob_agent.rendezvous.config import BACKEND_NAME, RendezvousConfig
 from elasticjob_agent.rendezvous.executor import Executor, Outcome
-from elasticjob_agent.rendezvous.session import EtcdSession
 from elasticjob_agent.rendezvous.state import Context
 from elasticjob_agent.rendezvous.store import EtcdStore
 from elasticjob_agent.rendezvous.wire import RendezvousKeys, decode_int, encode
@@ -43,10 +43,17 @@ class EtcdRendezvousHandler(RendezvousHandler):
     is gone: re-rendezvous) and ``round_state_lost()`` (etcd lost the round: re-rendezvous).
     """
 
-    def __init__(self, config: RendezvousConfig, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        config: RendezvousConfig,
+        *,
+        clock: Callable[[], float] = time.time,
+        session: EtcdSession | None = None,
+    ) -> None:
         self.config = config
         self._keys = RendezvousKeys.of(config.keys)
-        self._session = EtcdSession(
+        # ``session``: the agent process's one session (shared with its restart counter).
+        self._session = session or EtcdSession(
             config.endpoints,
             request_timeout=min(5.0, config.etcd_timeout),
             lease_ttl=max(1, math.ceil(config.heartbeat)),
@@ -214,6 +221,11 @@ class EtcdRendezvousHandler(RendezvousHandler):
             self._session.run(self._session.lease.revoke(), timeout=self.config.close_timeout)
         except Exception as exc:  # best effort on the way out
             log.warning("could not leave the rendezvous cleanly: %s", exc)
+
+    @property
+    def session(self) -> EtcdSession:
+        """The etcd session this handler runs on."""
+        return self._session
 
     def etcd_status(self) -> tuple[bool, float | None, float | None]:
         """(reachable, last_contact, unreachable_since), unix times."""

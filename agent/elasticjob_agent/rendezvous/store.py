@@ -27,8 +27,8 @@ from elasticjob_agent.etcd.client import (
     prefix_end,
 )
 from elasticjob_agent.etcd.endpoints import Endpoint, parse_endpoints
+from elasticjob_agent.etcd.session import EtcdSession
 from elasticjob_agent.rendezvous.errors import RendezvousConnectionError
-from elasticjob_agent.rendezvous.session import EtcdSession
 
 T = TypeVar("T")
 _DEFAULT_TIMEOUT = timedelta(seconds=300)

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -154,32 +154,30 @@ def rdzv_flags(endpoint: str, run_id: str, nnodes: str, **conf: float | str) -> 
     ]  # fmt: skip
 
 
+@contextlib.contextmanager
+def _counter(endpoint: str, run_id: str) -> Iterator[Any]:
+    from elasticjob_agent.etcd.endpoints import parse_endpoints  # noqa: PLC0415
+    from elasticjob_agent.etcd.session import EtcdSession  # noqa: PLC0415
+    from elasticjob_agent.protocol.keys import JobKeys  # noqa: PLC0415
+    from elasticjob_agent.supervision.restart_counter import JobRestartCounter  # noqa: PLC0415
+
+    session = EtcdSession(parse_endpoints(endpoint), request_timeout=2.0, lease_ttl=5)
+    try:
+        yield JobRestartCounter(session, JobKeys("/elasticjob", run_id), "test", patience=5)
+    finally:
+        session.close()
+
+
 def job_counts(endpoint: str, run_id: str) -> dict[str, int]:
     """The job-wide restart counts in etcd, by reason (absent reasons omitted)."""
-    from elasticjob_agent.etcd_link import EtcdLink, parse_endpoints  # noqa: PLC0415
-    from elasticjob_agent.protocol.keys import JobKeys  # noqa: PLC0415
-    from elasticjob_agent.restart_counter import JobRestartCounter  # noqa: PLC0415
-
-    link = EtcdLink(parse_endpoints(endpoint))
-    try:
-        counts = JobRestartCounter(link, JobKeys("/elasticjob", run_id), "test", patience=5).read()
-        return dict(counts.by_reason)
-    finally:
-        link.close()
+    with _counter(endpoint, run_id) as counter:
+        return dict(counter.read().by_reason)
 
 
 def close_reason(endpoint: str, run_id: str) -> str | None:
-    from elasticjob_agent.etcd_link import EtcdLink, parse_endpoints  # noqa: PLC0415
-    from elasticjob_agent.protocol.keys import JobKeys  # noqa: PLC0415
-    from elasticjob_agent.restart_counter import JobRestartCounter  # noqa: PLC0415
-
-    link = EtcdLink(parse_endpoints(endpoint))
-    try:
-        return JobRestartCounter(
-            link, JobKeys("/elasticjob", run_id), "t", patience=5
-        ).close_reason()
-    finally:
-        link.close()
+    with _counter(endpoint, run_id) as counter:
+        reason: str | None = counter.close_reason()
+        return reason
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:

@@ -10,17 +10,27 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from elasticjob_agent.etcd_link import EtcdLink, EtcdUnavailableError, parse_endpoints
-from elasticjob_agent.protocol.keys import JobKeys, RestartReason
-from elasticjob_agent.restart_budget import RestartStateError
-from elasticjob_agent.restart_counter import BUDGET_SPENT_REASON, JobRestartCounter
+from elasticjob_agent.etcd.endpoints import parse_endpoints
+from elasticjob_agent.etcd.session import EtcdSession
+from elasticjob_agent.protocol.keys import JobKeys
+from elasticjob_agent.protocol.restarts import BUDGET_SPENT_REASON, RestartReason, RestartStateError
+from elasticjob_agent.rendezvous.errors import RendezvousConnectionError
+from elasticjob_agent.supervision.restart_counter import JobRestartCounter
+
+
+def open_session(endpoint: str, request_timeout: float = 2.0) -> EtcdSession:
+    return EtcdSession(parse_endpoints(endpoint), request_timeout=request_timeout, lease_ttl=5)
 
 
 @pytest.fixture
-def link(etcd_server_session: Any) -> Iterator[EtcdLink]:
-    link = EtcdLink(parse_endpoints(etcd_server_session.endpoint))
-    yield link
-    link.close()
+def link(etcd_server_session: Any) -> Iterator[EtcdSession]:
+    session = open_session(etcd_server_session.endpoint)
+    yield session
+    session.close()
+
+
+def put(session: EtcdSession, key: str, value: bytes) -> None:
+    session.run(session.client.put(key.encode(), value))
 
 
 @pytest.fixture
@@ -28,7 +38,7 @@ def keys() -> JobKeys:
     return JobKeys("/elasticjob-test", f"run-{uuid.uuid4().hex[:8]}")
 
 
-def test_many_agents_count_one_round_once(link: EtcdLink, keys: JobKeys) -> None:
+def test_many_agents_count_one_round_once(link: EtcdSession, keys: JobKeys) -> None:
     counters = [JobRestartCounter(link, keys, f"n{i}", patience=5) for i in range(6)]
     results = []
     lock = threading.Lock()
@@ -54,7 +64,7 @@ def test_many_agents_count_one_round_once(link: EtcdLink, keys: JobKeys) -> None
     assert counters[0].read().total == 1
 
 
-def test_distinct_rounds_increment_concurrently(link: EtcdLink, keys: JobKeys) -> None:
+def test_distinct_rounds_increment_concurrently(link: EtcdSession, keys: JobKeys) -> None:
     counters = [JobRestartCounter(link, keys, f"n{i}", patience=5) for i in range(4)]
     threads = [
         threading.Thread(target=c.record, args=(round_, RestartReason.MEMBERSHIP))
@@ -68,24 +78,24 @@ def test_distinct_rounds_increment_concurrently(link: EtcdLink, keys: JobKeys) -
     assert counters[0].read().spent == 0
 
 
-def test_seed_is_the_starting_point(link: EtcdLink, keys: JobKeys) -> None:
-    link.put(keys.restart_seed, json.dumps({"byReason": {"failure": 2, "preemption": 1}}).encode())
+def test_seed_is_the_starting_point(link: EtcdSession, keys: JobKeys) -> None:
+    put(link, keys.restart_seed, json.dumps({"byReason": {"failure": 2, "preemption": 1}}).encode())
     counter = JobRestartCounter(link, keys, "n", patience=5)
     assert counter.read().by_reason == {"failure": 2, "preemption": 1}
     result = counter.record(1, RestartReason.FAILURE)
     assert result.counts.by_reason == {"failure": 3, "preemption": 1}
     # Once counters exist, a later seed does not reset them.
-    link.put(keys.restart_seed, json.dumps({"byReason": {}}).encode())
+    put(link, keys.restart_seed, json.dumps({"byReason": {}}).encode())
     assert counter.read().by_reason == {"failure": 3, "preemption": 1}
 
 
-def test_corrupt_counter_is_a_state_error(link: EtcdLink, keys: JobKeys) -> None:
-    link.put(keys.restart_counter(RestartReason.FAILURE), b"lots")
+def test_corrupt_counter_is_a_state_error(link: EtcdSession, keys: JobKeys) -> None:
+    put(link, keys.restart_counter(RestartReason.FAILURE), b"lots")
     with pytest.raises(RestartStateError, match="not a non-negative integer"):
         JobRestartCounter(link, keys, "n", patience=5).read()
 
 
-def test_close_reason(link: EtcdLink, keys: JobKeys) -> None:
+def test_close_reason(link: EtcdSession, keys: JobKeys) -> None:
     counter = JobRestartCounter(link, keys, "n", patience=5)
     assert counter.close_reason() is None
     counter.mark_budget_spent(counter.record(0, RestartReason.FAILURE).counts, 0)
@@ -93,44 +103,44 @@ def test_close_reason(link: EtcdLink, keys: JobKeys) -> None:
 
 
 def test_unreachable_etcd_is_reported_and_bounded(etcd_server: Any) -> None:
-    link = EtcdLink(parse_endpoints(etcd_server.endpoint), call_timeout=0.5)
+    session = open_session(etcd_server.endpoint, request_timeout=0.5)
     try:
         keys = JobKeys("/elasticjob-test", "down")
-        counter = JobRestartCounter(link, keys, "n", patience=1.5)
+        counter = JobRestartCounter(session, keys, "n", patience=1.5)
         assert counter.read().total == 0
-        assert link.status().reachable
+        assert session.reachability().reachable
         etcd_server.kill()
-        with pytest.raises(EtcdUnavailableError):
+        with pytest.raises(RendezvousConnectionError, match="restart counter"):
             counter.record(0, RestartReason.FAILURE)
-        status = link.status()
+        status = session.reachability()
         assert not status.reachable and status.unreachable_since is not None
         etcd_server.start()
         assert counter.record(0, RestartReason.FAILURE).counted
-        assert link.status().reachable
+        assert session.reachability().reachable
     finally:
-        link.close()
+        session.close()
 
 
 def test_a_silent_connection_is_given_up(etcd_server: Any) -> None:
-    """A cut network answers nothing and sends no reset. The link must give the connection up
-    after a few deadlines, so that the next call resolves the Service name again and reaches a
-    recreated etcd at its new address, instead of waiting out TCP's retransmissions (~15 min)
+    """A cut network answers nothing and sends no reset. The session must give the connection
+    up after a few deadlines, so that the next call resolves the Service name again and reaches
+    a recreated etcd at its new address, instead of waiting out TCP's retransmissions (~15 min)
     on the old one. A frozen etcd is silent the same way."""
-    link = EtcdLink(parse_endpoints(etcd_server.endpoint), call_timeout=0.5)
+    session = open_session(etcd_server.endpoint, request_timeout=0.5)
     try:
-        assert link.probe(timeout=0.5)
-        first = link._client._channel if link._client else None
+        assert session.probe(timeout=0.5)
+        first = session.client._channel
         assert first is not None
         etcd_server.freeze()
         try:
             deadline = time.monotonic() + 10
-            while link._client is not None and link._client._channel is first:
-                assert not link.probe(timeout=0.5)
+            while session.client._channel is first:
+                assert not session.probe(timeout=0.5)
                 assert time.monotonic() < deadline, "the silent connection was kept"
-            assert not link.status().reachable
+            assert not session.reachability().reachable
         finally:
             etcd_server.thaw()
-        assert link.probe(timeout=2.0)
-        assert link._client is not None and link._client._channel is not first
+        assert session.probe(timeout=2.0)
+        assert session.client._channel is not first
     finally:
-        link.close()
+        session.close()

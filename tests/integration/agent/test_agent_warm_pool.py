@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from elasticjob_agent.warm_pool import WarmPool, can_restore_priority
+from elasticjob_agent.supervision.warm_pool import WarmPool, can_restore_priority
 
 SCRIPT = """
 import os, sys

@@ -13,6 +13,7 @@ import contextlib
 import time
 
 import pytest
+from aetcd import rpc
 from elasticjob_agent.etcd.client import EtcdClient
 from elasticjob_agent.rendezvous import RendezvousConnectionError
 
@@ -111,3 +112,47 @@ async def test_a_keep_alive_after_etcd_restarted_uses_a_new_stream(etcd_server: 
             assert time.monotonic() < deadline, "no keep-alive got through after the restart"
             await asyncio.sleep(0.2)
     await client.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("how", ["call cancelled", "connection dropped"])
+async def test_watch_requests_on_a_stream_cancelled_before_it_started_are_bounded(
+    etcd_server: EtcdServer, how: str
+) -> None:
+    """grpc never completes a write on a stream call cancelled before its initial metadata was
+    sent (a channel dropped under a fresh watch stream): the watch creation and the cancel that
+    write on it must fail within the request deadline, never hang (the N = 1024 hang)."""
+    client = EtcdClient(etcd_server.endpoint, request_timeout=TIMEOUT)
+    try:
+        await client.prepare()
+        stream = client._watch_stream()
+        if how == "call cancelled":
+            stream._call.cancel()  # before anything was written on it
+        else:
+            client._failed(drop=True)  # what a failed request does: cancel streams, close channel
+        create = rpc.WatchCreateRequest(key=b"k")
+        with pytest.raises(RendezvousConnectionError):
+            await asyncio.wait_for(stream.add(create), 20 * TIMEOUT)
+        await asyncio.wait_for(stream.cancel(1), 20 * TIMEOUT)  # best effort, bounded
+        # The client opens a new stream and works again.
+        async with client.watch(b"k") as watch:
+            await client.put(b"k", b"v")
+            assert [bytes(e.kv.value) for e in await watch.next(5.0)] == [b"v"]
+    finally:
+        await client.close()
+
+
+@pytest.mark.timeout(60)
+async def test_concurrent_watch_creations_share_one_stream(etcd_server: EtcdServer) -> None:
+    """Two writes at once on one stream fail in grpc ("Internal error from Core"): the stream
+    serializes them, so many watchers created together all work."""
+    client = EtcdClient(etcd_server.endpoint, request_timeout=5.0)
+    try:
+        await client.prepare()
+        watches = [client.watch(f"k{i}".encode()) for i in range(32)]
+        await asyncio.gather(*(w.__aenter__() for w in watches))
+        await client.put(b"k7", b"seven")
+        assert [bytes(e.kv.value) for e in await watches[7].next(5.0)] == [b"seven"]
+        await asyncio.gather(*(w.__aexit__(None, None, None) for w in watches))
+    finally:
+        await client.close()

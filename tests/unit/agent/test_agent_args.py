@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from elasticjob_agent.args import UsageError, parse_args, parse_rdzv_conf, resolve_nproc
 from elasticjob_agent.etcd.endpoints import Endpoint
@@ -117,7 +119,7 @@ def test_worst_case_time_to_fail() -> None:
         (["--nnodes", "3:1", *BASE, "t.py"], "--nnodes '3:1'"),
         (["--nnodes", "a", *BASE, "t.py"], "--nnodes 'a'"),
         (["--rdzv-id", "job1", "t.py"], "--rdzv-endpoint host:port is required"),
-        (["--rdzv-endpoint", "nohost", "t.py"], "not host:port"),
+        (["--rdzv-endpoint", "a:b:c", "t.py"], "--rdzv-endpoint: invalid etcd endpoint"),
         ([*BASE, "--rdzv-id", "bad id", "t.py"], "--rdzv-id"),
         ([*BASE, "--nproc-per-node", "0", "t.py"], "--nproc-per-node '0'"),
         ([*BASE, "--max-restarts", "-1", "t.py"], "--max-restarts must be >= 0"),
@@ -160,3 +162,25 @@ def test_resolve_nproc() -> None:
     assert resolve_nproc("auto", 8, 0) == 8
     with pytest.raises(UsageError, match="no GPU"):
         resolve_nproc("gpu", 8, 0)
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "Infinity", "NaN", "1e999", "+inf"])
+@pytest.mark.parametrize(
+    "flag",
+    [
+        "--monitor-interval",
+        "--shutdown-timeout",
+        "--etcd-timeout",
+        "--nccl-collective-timeout",
+        "--nccl-heartbeat-timeout",
+    ],
+)
+def test_non_finite_seconds_are_refused(flag: str, value: str) -> None:
+    with pytest.raises(UsageError, match=f"{flag} '{re.escape(value)}' must be a finite number"):
+        parse_args([*BASE, flag, value, "t.py"], {})
+
+
+@pytest.mark.parametrize("key", ["join_timeout", "last_call_timeout", "heartbeat"])
+def test_non_finite_rdzv_conf_seconds_are_refused(key: str) -> None:
+    with pytest.raises(UsageError, match=f"--rdzv-conf {key} 'inf' must be a finite number"):
+        parse_args([*BASE, "--rdzv-conf", f"{key}=inf", "t.py"], {})

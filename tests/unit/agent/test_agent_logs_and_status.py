@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from elasticjob_agent.agent_status import AgentStatus
+from elasticjob_agent.health.status import AgentStatus
 from elasticjob_agent.logs import EventContext, format_event
 from elasticjob_agent.protocol.health import AgentState, EtcdStatus, HealthReport
 

@@ -7,9 +7,9 @@ import time
 from pathlib import Path
 
 import pytest
-from elasticjob_agent.timer import TIMER_SOCKET_ENV, expires
-from elasticjob_agent.timer_server import TimerServer
-from elasticjob_agent.timer_table import TimerMessage, TimerMessageError, TimerTable
+from elasticjob_agent.timers import TIMER_SOCKET_ENV, expires
+from elasticjob_agent.timers.server import TimerServer
+from elasticjob_agent.timers.table import TimerMessage, TimerMessageError, TimerTable
 
 
 def test_table_expires_acquired_timers_once() -> None:

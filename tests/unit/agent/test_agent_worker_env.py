@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from elasticjob_agent.worker_env import (
-    AgentKnobs,
-    GroupContext,
+from elasticjob_agent.rendezvous.errors import RendezvousStateError
+from elasticjob_agent.rendezvous.role_info import (
     RankAssignment,
     RoleInfo,
     assign_ranks,
-    worker_env,
+    parse_master,
 )
+from elasticjob_agent.supervision.worker_env import AgentKnobs, GroupContext, worker_env
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -94,7 +94,50 @@ def test_equal_nodes_give_group_rank_times_nproc(nodes: int, nproc: int) -> None
 def test_role_info_round_trip_and_bad_payload() -> None:
     info = RoleInfo("r", 2, 4)
     assert RoleInfo.decode(info.encode()) == info
-    with pytest.raises(ValueError, match="bad role info"):
-        RoleInfo.decode(b"{}")
+    with pytest.raises(RendezvousStateError, match="role info at k/1: role"):
+        RoleInfo.decode(b"{}", "k/1")
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (b"nope", "not valid JSON"),
+        (b"[1]", "not a JSON object"),
+        (b'{"role": "r", "groupRank": 1e400, "localWorldSize": 1}', "groupRank"),
+        (b'{"role": "r", "groupRank": NaN, "localWorldSize": 1}', "not valid JSON"),
+        (b'{"role": "r", "groupRank": true, "localWorldSize": 1}', "groupRank"),
+        (b'{"role": "r", "groupRank": -1, "localWorldSize": 1}', "groupRank"),
+        (b'{"role": "r", "groupRank": 0, "localWorldSize": 0}', "localWorldSize"),
+        (b'{"role": "r", "groupRank": 0, "localWorldSize": 99999999}', "localWorldSize"),
+        (b'{"role": "r", "groupRank": 0, "localWorldSize": "8"}', "localWorldSize"),
+        (b'{"role": {}, "groupRank": 0, "localWorldSize": 1}', "role must be"),
+        (b'{"role": "", "groupRank": 0, "localWorldSize": 1}', "role must be"),
+        (b"[" * 5000, "bytes: corrupt"),
+        (b"[" * 1500 + b"]" * 1500, "not valid JSON"),
+    ],
+)
+def test_role_info_from_etcd_is_untrusted(raw: bytes, message: str) -> None:
+    with pytest.raises(RendezvousStateError, match=f"role info at /r/7.*{message}"):
+        RoleInfo.decode(raw, "/r/7")
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (b"10.0.0.1:29500", ("10.0.0.1", 29500)),
+        (b"[::1]:5", ("::1", 5)),
+        (b"h.svc:1", ("h.svc", 1)),
+    ],
+)
+def test_master_address(raw: bytes, expected: tuple[str, int]) -> None:
+    assert parse_master("m", raw) == expected
+
+
+@pytest.mark.parametrize(
+    "raw", [b"", b"host", b"host:", b"host:0", b"host:70000", b":1", b"a b:1", b"h:\xd9\xa3"]
+)
+def test_bad_master_address_names_the_key(raw: bytes) -> None:
+    with pytest.raises(RendezvousStateError, match="master address at elasticjob/master"):
+        parse_master("elasticjob/master", raw)
     with pytest.raises(ValueError, match="group rank"):
         assign_ranks([RoleInfo("r", 1, 1)])

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from elasticjob_agent.worker_launch import GroupState, group_outcome, streams_for, worker_command
+from elasticjob_agent.supervision.worker_launch import (
+    GroupState,
+    group_outcome,
+    streams_for,
+    worker_command,
+)
 
 
 def test_commands_like_torchrun() -> None:

@@ -108,3 +108,9 @@ def test_wire_round_trip_and_corruption() -> None:
             decode(key, bad)
     with pytest.raises(RendezvousStateError, match="round"):
         decode_int(key, encode(round="3"), "round")
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "-inf"])
+def test_non_finite_seconds_are_refused_on_the_torchrun_path(value: str) -> None:
+    with pytest.raises(ValueError, match="join_timeout must be a finite number > 0"):
+        RendezvousConfig.from_parameters(params(join_timeout=value))

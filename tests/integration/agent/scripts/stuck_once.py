@@ -4,7 +4,7 @@ import os
 import time
 
 import torch.distributed as dist
-from elasticjob_agent.timer import expires
+from elasticjob_agent.timers import expires
 
 dist.init_process_group("gloo")
 first = os.environ["TORCHELASTIC_RESTART_COUNT"] == "0"

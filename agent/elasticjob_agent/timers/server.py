@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from elasticjob_agent.timer_table import TimerMessage, TimerMessageError, TimerTable
+from elasticjob_agent.timers.table import TimerMessage, TimerMessageError, TimerTable
 
 logger = logging.getLogger(__name__)
 

@@ -7,76 +7,13 @@ Workers inherit the agent's environment, then get the variables below on top.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
+
+from elasticjob_agent.rendezvous.role_info import RankAssignment
 
 TIMER_SOCKET_ENV = "ELASTICJOB_TIMER_SOCKET"
 COLLECTIVE_TIMEOUT_ENV = "ELASTICJOB_COLLECTIVE_TIMEOUT_SECONDS"
-
-
-@dataclass(frozen=True)
-class RoleInfo:
-    """What one node tells the others at the start of a round."""
-
-    role: str
-    group_rank: int
-    local_world_size: int
-
-    def encode(self) -> bytes:
-        return json.dumps(
-            {
-                "role": self.role,
-                "groupRank": self.group_rank,
-                "localWorldSize": self.local_world_size,
-            }
-        ).encode()
-
-    @classmethod
-    def decode(cls, raw: bytes) -> RoleInfo:
-        """Raise ``ValueError`` when a peer sent something else."""
-        try:
-            data = json.loads(raw)
-            info = cls(str(data["role"]), int(data["groupRank"]), int(data["localWorldSize"]))
-        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"bad role info from a peer: {raw!r}") from exc
-        if info.local_world_size < 1 or info.group_rank < 0:
-            raise ValueError(f"bad role info from a peer: {raw!r}")
-        return info
-
-
-@dataclass(frozen=True)
-class RankAssignment:
-    """One node's ranks: workers get ``base + local_rank``."""
-
-    base_global_rank: int
-    global_world_size: int
-    base_role_rank: int
-    role_world_size: int
-
-
-def assign_ranks(infos: Sequence[RoleInfo]) -> list[RankAssignment]:
-    """torchrun's assignment: global ranks by cumulative ``local_world_size`` in group-rank order,
-    role ranks the same within each role. ``infos[i]`` must be group rank ``i``.
-
-    With equal ``nproc_per_node`` this is ``group_rank * nproc + local_rank``.
-    """
-    for index, info in enumerate(infos):
-        if info.group_rank != index:
-            raise ValueError(f"role info #{index} is for group rank {info.group_rank}")
-    global_size = sum(i.local_world_size for i in infos)
-    role_sizes: dict[str, int] = {}
-    for info in infos:
-        role_sizes[info.role] = role_sizes.get(info.role, 0) + info.local_world_size
-    out = []
-    base_global = 0
-    role_next: dict[str, int] = {}
-    for info in infos:
-        base_role = role_next.get(info.role, 0)
-        out.append(RankAssignment(base_global, global_size, base_role, role_sizes[info.role]))
-        base_global += info.local_world_size
-        role_next[info.role] = base_role + info.local_world_size
-    return out
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import signal
 import subprocess
 from collections.abc import Mapping, Sequence
 
-from elasticjob_agent.parent_death import die_with_parent
+from elasticjob_agent.supervision.parent_death import die_with_parent
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ class WarmPool:
     is not permitted, spares run at normal priority."""
 
     def __init__(self, python: str, env: Mapping[str, str], size: int) -> None:
-        self._command = [python, "-u", "-m", "elasticjob_agent.zygote"]
+        self._command = [python, "-u", "-m", "elasticjob_agent.supervision.zygote"]
         self._env = dict(env)
         self._size = size
         self._spares: list[subprocess.Popen[bytes]] = []

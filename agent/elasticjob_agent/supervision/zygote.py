@@ -1,7 +1,7 @@
 """A warm worker: an interpreter that imports torch ahead of time, then becomes a worker.
 
-Started by the agent's warm pool as ``python -u -m elasticjob_agent.zygote`` with the agent's
-environment. It imports the modules in ``ELASTICJOB_PRELOAD`` (default
+Started by the agent's warm pool as ``python -u -m elasticjob_agent.supervision.zygote`` with
+the agent's environment. It imports the modules in ``ELASTICJOB_PRELOAD`` (default
 ``torch,torch.distributed,torch.nn.parallel``), then blocks until the agent writes one JSON line
 on stdin: ``{"argv": [script, *args], "env": {...}, "module": false}``. It then takes that
 environment and runs the script as ``python -u script args`` would (``__name__ ==

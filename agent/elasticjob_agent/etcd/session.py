@@ -1,14 +1,18 @@
-"""The synchronous edge: a private event-loop thread, one ``EtcdClient`` and one lease.
+"""The agent's one way to etcd: a private event-loop thread, one ``EtcdClient``, one lease.
 
-torch's ``RendezvousHandler`` and ``Store`` interfaces are synchronous (and the store is called
-from C++ by gloo's bootstrap). ``EtcdSession.run`` hands a coroutine to the session's own loop
-thread and blocks for its result, so it is safe from any thread, including the agent's main
-thread inside a signal handler, but never from the loop thread itself.
+An agent process opens exactly one ``EtcdSession``; the rendezvous handler, the round's stores,
+the restart counter and the reachability probe all run on it (one loop thread, one gRPC
+channel, one reachability record). torch's ``RendezvousHandler`` and ``Store`` interfaces are
+synchronous (and the store is called from C++ by gloo's bootstrap). ``EtcdSession.run`` hands a
+coroutine to the session's own loop thread and blocks for its result, so it is safe from any
+thread, including the agent's main thread inside a signal handler, but never from the loop
+thread itself.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import random
@@ -22,6 +26,9 @@ from elasticjob_agent.rendezvous.errors import RendezvousConnectionError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+PROBE_KEY = b"/elasticjob-probe"
+"""A key nobody writes: reading it is the cheapest request that proves etcd answers."""
 
 
 class LeaseKeeper:
@@ -105,6 +112,7 @@ class EtcdSession:
         self._thread.start()
         self.client = EtcdClient(endpoints, request_timeout=request_timeout)
         self.lease = LeaseKeeper(self.client, lease_ttl)
+        self._probe: concurrent.futures.Future[None] | None = None
         self._closed = False
 
     def _serve(self) -> None:
@@ -123,12 +131,46 @@ class EtcdSession:
         return future.result(timeout)
 
     def reachability(self) -> Reachability:
+        """The one record of whether etcd answers this process (health report and metrics)."""
         return self.client.reachability()
+
+    def start_probe(self, interval: float, timeout: float) -> None:
+        """Read one key every ``interval`` s, so the reachability record stays current while
+        nothing else talks to etcd (training). A probe unanswered within ``timeout`` s counts
+        as a silent request (``EtcdClient.note_silence``). Stops with ``close()``."""
+        if self._probe is None:
+            self._probe = asyncio.run_coroutine_threadsafe(
+                self._probe_loop(interval, timeout), self.loop
+            )
+
+    def probe(self, timeout: float) -> bool:
+        """One probe now: True when etcd answered within ``timeout`` s."""
+        return self.run(self._probe_once(timeout))
+
+    async def _probe_once(self, within: float) -> bool:
+        try:
+            await asyncio.wait_for(self.client.get(PROBE_KEY), within)
+        except TimeoutError:
+            self.client.note_silence()
+            return False
+        except Exception as exc:  # the reachability record has it
+            log.debug("etcd probe failed: %s", exc)
+            return False
+        return True
+
+    async def _probe_loop(self, interval: float, within: float) -> None:
+        while True:
+            await self._probe_once(within)
+            await asyncio.sleep(interval)
 
     def close(self) -> None:
         """Stop the keep-alive, close the channel and the loop thread. Idempotent."""
         if self._closed:
             return
+
+        probe, self._probe = self._probe, None
+        if probe is not None:
+            probe.cancel()
 
         async def _shutdown() -> None:
             await self.lease.stop()

@@ -20,9 +20,9 @@ from pathlib import Path
 from string import Template
 from typing import IO
 
-from elasticjob_agent.parent_death import die_with_parent
-from elasticjob_agent.warm_pool import WarmPool
-from elasticjob_agent.worker_launch import GroupOutcome, group_outcome, streams_for
+from elasticjob_agent.supervision.parent_death import die_with_parent
+from elasticjob_agent.supervision.warm_pool import WarmPool
+from elasticjob_agent.supervision.worker_launch import GroupOutcome, group_outcome, streams_for
 
 logger = logging.getLogger(__name__)
 

@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from elasticjob_agent.agent_status import AgentStatus
-from elasticjob_agent.etcd_link import EtcdUnavailableError
+from elasticjob_agent.etcd.client import EtcdRequestError
+from elasticjob_agent.health.metrics import AgentMetrics
+from elasticjob_agent.health.status import AgentStatus
 from elasticjob_agent.logs import EventLog
-from elasticjob_agent.metrics import AgentMetrics
 from elasticjob_agent.protocol.exit_codes import ExitCode
 from elasticjob_agent.protocol.health import AgentState, WorkerStatus
-from elasticjob_agent.protocol.keys import RestartReason
+from elasticjob_agent.protocol.restarts import RestartCounts, RestartReason, RestartStateError
 from elasticjob_agent.rendezvous import (
     RendezvousClosedError,
     RendezvousConnectionError,
@@ -32,16 +32,20 @@ from elasticjob_agent.rendezvous import (
     RendezvousStateError,
     RendezvousTimeoutError,
 )
-from elasticjob_agent.restart_budget import RestartCounts, RestartStateError, budget_exhausted
-from elasticjob_agent.restart_counter import BUDGET_SPENT_REASON, Recorded
-from elasticjob_agent.worker_env import (
-    AgentKnobs,
-    GroupContext,
+from elasticjob_agent.rendezvous.role_info import (
     RankAssignment,
     RoleInfo,
     assign_ranks,
-    worker_env,
+    parse_master,
 )
+from elasticjob_agent.supervision.restart_counter import Recorded
+from elasticjob_agent.supervision.restart_policy import (
+    exit_for_closed,
+    judge_budget,
+    plan_restart,
+    suspects_round_loss,
+)
+from elasticjob_agent.supervision.worker_env import AgentKnobs, GroupContext, worker_env
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +54,6 @@ _MASTER_KEY = "elasticjob/master"
 _EXIT_KEY = "elasticjob/exit/{}"
 _EXIT_BARRIER_TIMEOUT = 300.0
 _MEMBERSHIP_CHECK_EVERY = 0.2
-_MAYBE_ETCD_LOSS = frozenset({RestartReason.FAILURE, RestartReason.MEMBERSHIP})
 
 
 class Handler(Protocol):
@@ -167,8 +170,11 @@ class Supervisor:
             "rendezvous_completed", seconds=f"{rdzv_seconds:.3f}", group_world_size=group_world
         )
         counts = self._etcd(self._counter.read)
-        assignment = self._exchange_roles(info.store, group_rank, group_world)
-        master_addr, master_port = self._master(info, group_rank)
+        try:
+            assignment = self._exchange_roles(info.store, group_rank, group_world)
+            master_addr, master_port = self._master(info, group_rank)
+        except RendezvousStateError as exc:  # a peer's value in etcd is not what agents write
+            raise _Exit(ExitCode.WORKER_FAILED, f"corrupt rendezvous state: {exc}") from exc
         ctx = GroupContext(
             run_id=self._handler.get_run_id(),
             role=self._s.role,
@@ -254,9 +260,7 @@ class Supervisor:
     def _raise_for_rendezvous_error(self, error: BaseException) -> None:
         if isinstance(error, RendezvousClosedError):
             reason = self._closed_reason()
-            if reason == BUDGET_SPENT_REASON:
-                raise _Exit(ExitCode.MAX_RESTARTS_EXCEEDED, "rendezvous closed: budget spent")
-            raise _Exit(ExitCode.RENDEZVOUS_CLOSED, "rendezvous closed")
+            raise _Exit(exit_for_closed(reason), f"rendezvous closed (reason: {reason})")
         if isinstance(error, RendezvousTimeoutError):
             raise _Exit(ExitCode.JOIN_TIMEOUT, str(error))
         if isinstance(error, RendezvousConnectionError):
@@ -270,14 +274,18 @@ class Supervisor:
     def _closed_reason(self) -> str | None:
         try:
             return self._counter.close_reason()
-        except EtcdUnavailableError:
+        except (RendezvousConnectionError, EtcdRequestError, RestartStateError) as exc:
+            logger.warning("could not read why the rendezvous was closed: %s", exc)
             return None
 
     def _exchange_roles(self, store: Any, group_rank: int, group_world: int) -> RankAssignment:
         """torchrun's role-rank exchange, through the round's store (one key per node)."""
         mine = RoleInfo(self._s.role, group_rank, self._s.nproc_per_node)
         store.set(_ROLE_KEY.format(group_rank), mine.encode())
-        infos = [RoleInfo.decode(bytes(store.get(_ROLE_KEY.format(r)))) for r in range(group_world)]
+        infos = [
+            RoleInfo.decode(bytes(store.get(_ROLE_KEY.format(r))), _ROLE_KEY.format(r))
+            for r in range(group_world)
+        ]
         return assign_ranks(infos)[group_rank]
 
     def _master(self, info: Any, group_rank: int) -> tuple[str, int]:
@@ -292,8 +300,7 @@ class Supervisor:
                 port = int(sock.getsockname()[1])
             info.store.set(_MASTER_KEY, f"{addr}:{port}".encode())
             return addr, port
-        addr, _, port_text = bytes(info.store.get(_MASTER_KEY)).decode().rpartition(":")
-        return addr, int(port_text)
+        return parse_master(_MASTER_KEY, bytes(info.store.get(_MASTER_KEY)))
 
     def _monitor(self, store: Any, group_rank: int, group_world: int) -> RestartReason:
         """Watch until the group must restart; return why. Success and SIGTERM exit from here."""
@@ -382,23 +389,23 @@ class Supervisor:
             self._events.warning("rendezvous_state_lost", detail="etcd lost the round's state")
         return gone
 
-    def _restart(self, reason: RestartReason) -> None:
+    def _restart(self, observed: RestartReason) -> None:
         self._status.update(state=AgentState.RESTARTING)
         counts: RestartCounts | None = None
-        if reason in _MAYBE_ETCD_LOSS:
+        round_lost = False
+        if suspects_round_loss(observed):
             # Reading waits for etcd (with the counter's patience) before we ask about the round.
             counts = self._etcd(self._counter.read)
-            if self._round_state_lost():
-                reason = RestartReason.ETCD_RECOVERED
-        if reason is RestartReason.ETCD_RECOVERED:
-            # Not counted here: the operator counts the etcd it recreated, once for the job, and
-            # seeds that count into the new etcd; each agent counting it would add one per node.
+            round_lost = self._round_state_lost()
+        plan = plan_restart(observed, round_lost)
+        reason = plan.reason
+        if plan.agent_counts:
+            # Count first, then stop: peers racing to count the same round see our reason.
+            recorded = self._etcd(lambda: self._counter.record(self._round, reason))
+        else:
             if counts is None:
                 counts = self._etcd(self._counter.read)
             recorded = Recorded(False, reason, counts)
-        else:
-            # Count first, then stop: peers racing to count the same round see our reason.
-            recorded = self._etcd(lambda: self._counter.record(self._round, reason))
         codes = self._workers.stop(self._s.shutdown_timeout)
         counts = recorded.counts
         self._metrics.set_restarts(counts.full())
@@ -412,16 +419,14 @@ class Supervisor:
             restarts_spent=counts.spent,
             exit_codes=codes,
         )
-        if budget_exhausted(counts, self._s.max_restarts):
+        verdict = judge_budget(counts, self._s.max_restarts)
+        if verdict.exhausted:
             self._etcd(lambda: self._counter.mark_budget_spent(counts, self._s.max_restarts))
             try:
                 self._handler.set_closed()
             except RendezvousError as exc:
                 logger.warning("closing the rendezvous failed: %s", exc)
-            raise _Exit(
-                ExitCode.MAX_RESTARTS_EXCEEDED,
-                f"{counts.spent} restarts after failures > max_restarts={self._s.max_restarts}",
-            )
+            raise _Exit(ExitCode.MAX_RESTARTS_EXCEEDED, verdict.detail)
 
     # -- terminal paths ------------------------------------------------------------------------
 
@@ -431,7 +436,7 @@ class Supervisor:
         try:
             # Short patience: the grace period matters more than the count during an outage.
             self._counter.record(self._round, RestartReason.PREEMPTION, patience=2.0)
-        except (EtcdUnavailableError, RestartStateError) as exc:
+        except (RendezvousConnectionError, EtcdRequestError, RestartStateError) as exc:
             logger.warning("could not count the preemption: %s", exc)
         self._leave()
         self._workers.stop(self._s.shutdown_timeout)
@@ -471,7 +476,7 @@ class Supervisor:
         """An etcd operation we cannot do without: exit 13 if etcd stays away too long."""
         try:
             return fn()
-        except EtcdUnavailableError as exc:
+        except (RendezvousConnectionError, EtcdRequestError) as exc:
             raise _Exit(ExitCode.ETCD_UNREACHABLE, str(exc)) from exc
         except RestartStateError as exc:
             raise _Exit(ExitCode.WORKER_FAILED, f"corrupt restart state: {exc}") from exc

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -11,7 +11,9 @@ _DURATION_BUCKETS = (0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, float("inf")
 
 
 class AgentMetrics:
-    def __init__(self, run_id: str) -> None:
+    """``etcd_reachable`` is read at every scrape from the session's reachability record."""
+
+    def __init__(self, run_id: str, *, etcd_reachable: Callable[[], bool]) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self._run_id = run_id
         self.job_restarts = Gauge(
@@ -51,7 +53,7 @@ class AgentMetrics:
             ["run_id"],
             registry=self.registry,
         )
-        self.etcd_reachable.labels(run_id).set(1)
+        self.etcd_reachable.labels(run_id).set_function(lambda: 1.0 if etcd_reachable() else 0.0)
         self.worker_failures.labels(run_id)
 
     def set_restarts(self, by_reason: Mapping[str, int]) -> None:
@@ -62,9 +64,6 @@ class AgentMetrics:
         self.rendezvous_round.labels(self._run_id).set(round_)
         self.world_size.labels(self._run_id).set(world_size)
         self.rendezvous_duration.labels(self._run_id).observe(duration)
-
-    def set_etcd_reachable(self, reachable: bool) -> None:
-        self.etcd_reachable.labels(self._run_id).set(1 if reachable else 0)
 
     def worker_failed(self, count: int = 1) -> None:
         self.worker_failures.labels(self._run_id).inc(count)

@@ -1,0 +1,1 @@
+"""Supervision: the supervisor loop, local workers, their environment, and restart policy."""

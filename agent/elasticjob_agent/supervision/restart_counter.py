@@ -1,0 +1,169 @@
+"""The job-wide restart counter in etcd: one count per group restart, whichever agent sees it.
+
+Values and their codecs: ``protocol.restarts``. Layout (``protocol.keys``):
+``<restarts>/<reason>`` decimal counters, ``<restarts>/events/<round>`` one record per
+torn-down round, ``<root>/restart-seed`` written by the operator, and ``<root>/close-reason``
+when an agent closed the rendezvous because the budget was spent.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from elasticjob_agent.etcd.client import cmp_create, cmp_mod, op_put, op_range, prefix_end
+from elasticjob_agent.etcd.retry import retry_until
+from elasticjob_agent.etcd.session import EtcdSession
+from elasticjob_agent.protocol.keys import JobKeys
+from elasticjob_agent.protocol.restarts import (
+    RestartCounts,
+    RestartReason,
+    decode_close_reason,
+    decode_counter,
+    decode_event_reason,
+    decode_seed,
+    encode_close_reason,
+    encode_counter,
+    encode_event,
+)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """Outcome of ``record``: whether this call counted it, which reason won, the new counts."""
+
+    counted: bool
+    reason: RestartReason
+    counts: RestartCounts
+
+
+@dataclass(frozen=True)
+class _Stored:
+    counts: RestartCounts
+    revisions: dict[str, int]
+    """Mod revision per counter key present."""
+    seed: tuple[RestartCounts, int] | None
+    """The seed and its mod revision, when no counter exists yet."""
+
+
+class JobRestartCounter:
+    """Counts group restarts once per torn-down round, atomically, in etcd.
+
+    Runs on the agent's ``EtcdSession``. Every call retries while etcd is unreachable, for at
+    most ``patience`` seconds, then raises ``RendezvousConnectionError``; a stored value that
+    is not what an agent or the operator writes raises ``RestartStateError`` naming the key.
+    """
+
+    def __init__(
+        self,
+        session: EtcdSession,
+        keys: JobKeys,
+        node: str,
+        *,
+        patience: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._session = session
+        self._keys = keys
+        self._node = node
+        self._patience = patience
+        self._clock = clock
+
+    def _run(self, op: Callable[[], Awaitable[T]], patience: float | None = None) -> T:
+        return self._session.run(
+            retry_until(
+                op,
+                patience=self._patience if patience is None else patience,
+                clock=self._clock,
+                what="restart counter",
+            )
+        )
+
+    async def _stored(self) -> _Stored:
+        """The counters and the seed in one read (one transaction of two ranges)."""
+        restarts = (self._keys.restarts + "/").encode()
+        seed_key = self._keys.restart_seed
+        response = await self._session.client.txn(
+            [], [op_range(restarts, prefix_end(restarts)), op_range(seed_key.encode())]
+        )
+        stored_kvs, seed_kvs = (r.response_range.kvs for r in response.responses)
+        stored = {bytes(kv.key).decode(errors="replace"): kv for kv in stored_kvs}
+        counts: dict[str, int] = {}
+        revisions: dict[str, int] = {}
+        for reason in RestartReason:
+            key = self._keys.restart_counter(reason)
+            kv = stored.get(key)
+            if kv is not None:
+                counts[reason.value] = decode_counter(key, bytes(kv.value))
+                revisions[key] = int(kv.mod_revision)
+        if counts or not seed_kvs:
+            return _Stored(RestartCounts(counts), revisions, None)
+        seeded = decode_seed(seed_key, bytes(seed_kvs[0].value))
+        return _Stored(seeded, revisions, (seeded, int(seed_kvs[0].mod_revision)))
+
+    def read(self) -> RestartCounts:
+        """The job's counts now (the seed when no agent has counted yet)."""
+
+        async def counts() -> RestartCounts:
+            return (await self._stored()).counts
+
+        return self._run(counts)
+
+    def record(self, round_: int, reason: RestartReason, patience: float | None = None) -> Recorded:
+        """Count the restart that tears down ``round_``, unless another agent already did.
+
+        The event key and the counter bump go in one transaction guarded by the counters' mod
+        revisions, so concurrent agents never lose or double an increment. ``patience``
+        overrides the instance's etcd patience for this call.
+        """
+        client = self._session.client
+        event_key = self._keys.restart_event(round_)
+
+        async def attempt() -> Recorded | None:
+            existing = await client.get(event_key.encode())
+            if existing is not None:
+                winner = decode_event_reason(event_key, bytes(existing.value))
+                return Recorded(False, winner, (await self._stored()).counts)
+            stored = await self._stored()
+            new = stored.counts.plus(reason)
+            to_write = (
+                new.by_reason
+                if stored.seed is not None
+                else {reason.value: new.by_reason[reason.value]}
+            )
+            compare: list[Any] = [cmp_create(event_key.encode(), "==", 0)]
+            for r in RestartReason:
+                key = self._keys.restart_counter(r)
+                compare.append(cmp_mod(key.encode(), "==", stored.revisions.get(key, 0)))
+            if stored.seed is not None:
+                compare.append(cmp_mod(self._keys.restart_seed.encode(), "==", stored.seed[1]))
+            success = [op_put(event_key.encode(), encode_event(reason, self._node, time.time()))]
+            for name, value in to_write.items():
+                key = self._keys.restart_counter(RestartReason(name))
+                success.append(op_put(key.encode(), encode_counter(value)))
+            response = await client.txn(compare, success)
+            return Recorded(True, reason, new) if response.succeeded else None
+
+        while True:
+            result = self._run(attempt, patience)
+            if result is not None:
+                return result
+            # Lost a race with another agent: read again.
+
+    def mark_budget_spent(self, counts: RestartCounts, max_restarts: int) -> None:
+        """Say why the rendezvous is being closed, so every agent exits with the same code."""
+        payload = encode_close_reason(counts.by_reason, self._node, max_restarts, time.time())
+        key = self._keys.close_reason.encode()
+        self._run(lambda: self._session.client.put(key, payload))
+
+    def close_reason(self) -> str | None:
+        """The reason an agent recorded when it closed the rendezvous, if any.
+
+        Raises ``RestartStateError`` when the stored record is corrupt."""
+        key = self._keys.close_reason
+        got = self._run(lambda: self._session.client.get(key.encode()))
+        return None if got is None else decode_close_reason(key, bytes(got.value))

@@ -29,6 +29,7 @@ from elasticjob_agent.etcd.client import (
     op_range,
     prefix_end,
 )
+from elasticjob_agent.rendezvous.deadline import ClockTimer, DeadlineReached, Timer, until
 from elasticjob_agent.rendezvous.errors import (
     RendezvousClosedError,
     RendezvousConnectionError,
@@ -43,6 +44,7 @@ from elasticjob_agent.rendezvous.state import (
     Snapshot,
     decide,
 )
+from elasticjob_agent.rendezvous.watching import first_events
 from elasticjob_agent.rendezvous.wire import (
     RendezvousKeys,
     decode,
@@ -96,7 +98,10 @@ class Executor:
         clock: Callable[[], float] = time.time,
         recheck_interval: float = 5.0,
         advertise: Callable[[], tuple[str, int]] = lambda: ("127.0.0.1", 29500),
+        timer: Timer | None = None,
     ) -> None:
+        self._timer: Timer = timer if timer is not None else ClockTimer(clock)
+        clock = self._timer.now
         self._recheck = recheck_interval
         self._advertise = advertise
         self.client = client
@@ -117,8 +122,16 @@ class Executor:
         outage_start: float | None = None
         delay = 0.05
         while True:
+            # A backstop: requests carry their own deadline and waits end at theirs (never
+            # after ``deadline``), so this bound only ends an attempt that nothing else would.
+            bound = (self.clock() if deadline is None else deadline) + self.etcd_timeout
             try:
-                return await op()
+                try:
+                    return await until(self._timer, bound, op())
+                except DeadlineReached:
+                    raise RendezvousConnectionError(
+                        f"etcd did not answer within {self.etcd_timeout:g}s"
+                    ) from None
             except RendezvousConnectionError as exc:
                 now = self.clock()
                 if outage_start is None:
@@ -386,20 +399,16 @@ class Executor:
         raise ValueError(f"step() cannot do {action.kind}")
 
     async def _wait(self, revision: int, deadline: float) -> list[Any]:
-        """The events under ``ctl/`` after ``revision``, or ``[]`` at ``deadline``."""
-        if deadline - self.clock() <= 0:
-            return []
+        """The events under ``ctl/`` after ``revision``; ``[]`` at ``deadline`` or when the
+        watch cannot replay from ``revision`` (compacted): the caller then reads again.
+
+        The whole watch (creation, events, cancellation) is bounded by ``deadline``, so a watch
+        that never starts or an event that never comes costs at most one re-check interval."""
         ctl = self.keys.ctl
+        watch = first_events(self.client, ctl, prefix_end(ctl), revision, self._timer)
         try:
-            async with self.client.watch(ctl, prefix_end(ctl), start_revision=revision + 1) as w:
-                while True:
-                    timeout = deadline - self.clock()
-                    if timeout <= 0:
-                        return []
-                    events = await w.next(timeout)
-                    if events:
-                        return events
-        except TimeoutError:
+            return await until(self._timer, deadline, watch)
+        except DeadlineReached:
             return []
 
     async def next_rendezvous(self, ctx: Context, guess: int) -> Outcome:

@@ -123,6 +123,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
             self._session,
             self._keys.store_prefix(outcome.round),
             timedelta(seconds=cfg.join_timeout),
+            recheck_interval=cfg.heartbeat,
         )
         if outcome.rank == 0:
             # For tools that read the store like torch's RendezvousStoreInfo.build() does.

@@ -2,9 +2,10 @@
 
 Values are stored as raw bytes; counters (``add``) as ASCII decimal like torch's own stores, so
 ``add`` and ``get`` interoperate. Waiting (``get`` of a missing key, ``wait``) watches the prefix
-instead of polling. Every blocking call honours the store timeout (``set_timeout``) or the one
-passed in, and raises ``torch.distributed.DistStoreError`` when it passes; an etcd outage longer
-than that raises ``RendezvousConnectionError``.
+instead of polling, and reads again at least every ``recheck_interval`` in case an event is
+lost. Every blocking call honours the store timeout (``set_timeout``) or the one passed in, and
+raises ``torch.distributed.DistStoreError`` when it passes; an etcd outage longer than that
+raises ``RendezvousConnectionError``.
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ from elasticjob_agent.etcd.client import (
     prefix_end,
 )
 from elasticjob_agent.etcd.endpoints import Endpoint, parse_endpoints
+from elasticjob_agent.rendezvous.deadline import ClockTimer, DeadlineReached, until
 from elasticjob_agent.rendezvous.errors import RendezvousConnectionError
 from elasticjob_agent.rendezvous.session import EtcdSession
+from elasticjob_agent.rendezvous.watching import first_events
 
 T = TypeVar("T")
 _DEFAULT_TIMEOUT = timedelta(seconds=300)
@@ -55,8 +58,11 @@ class EtcdStore(dist.Store):  # type: ignore[misc,name-defined]  # torch stubs l
         timeout: timedelta = _DEFAULT_TIMEOUT,
         *,
         owns_session: bool = False,
+        recheck_interval: float = 5.0,
     ) -> None:
         super().__init__()
+        self._timer = ClockTimer(time.monotonic)
+        self._recheck = recheck_interval
         if not prefix.endswith(b"/"):
             raise ValueError(f"store prefix must end with '/': {prefix!r}")
         self._session = session
@@ -168,15 +174,14 @@ class EtcdStore(dist.Store):  # type: ignore[misc,name-defined]  # torch stubs l
                 ok, revision = await self._all_exist(keys)
                 if ok:
                     return
-                left = deadline - time.monotonic()
-                if left <= 0:
+                now = time.monotonic()
+                if now >= deadline:
                     break
+                # Bounded: a watch event that never comes costs one re-check, not the timeout.
                 end = prefix_end(self._prefix)
-                async with self._client.watch(
-                    self._prefix, end, start_revision=revision + 1
-                ) as watch:
-                    with contextlib.suppress(TimeoutError):
-                        await watch.next(left)
+                watch = first_events(self._client, self._prefix, end, revision, self._timer)
+                with contextlib.suppress(DeadlineReached):
+                    await until(self._timer, min(deadline, now + self._recheck), watch)
             raise dist.DistStoreError(
                 f"timed out after {seconds:g}s waiting for store keys {list(keys)} "
                 f"under {self._prefix.decode()!r}"

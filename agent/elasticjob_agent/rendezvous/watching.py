@@ -1,0 +1,40 @@
+"""One watch, used once: the first events under a key range after a revision.
+
+The rendezvous and the store never keep a watch open across waits: each wait creates one from
+the revision of the read it follows (so nothing written after that read is missed), takes the
+first batch of events and drops it. Callers bound the whole thing with ``deadline.until`` and
+read again afterwards, so this module never decides what a change means.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from elasticjob_agent.etcd.client import EtcdClient, EtcdRequestError
+from elasticjob_agent.rendezvous.deadline import Timer, detach
+
+
+async def first_events(
+    client: EtcdClient, key: bytes, end: bytes, after: int, timer: Timer
+) -> list[Any]:
+    """The first non-empty batch of events on ``[key, end)`` after revision ``after``.
+
+    ``[]`` when etcd has compacted that revision: the caller must read the current state again
+    (what it would have learnt from the events is in it). Errors of an unreachable etcd
+    propagate. Cancelling the watch is one more message on the stream, sent in the background
+    (bounded by the client's request timeout): a caller never waits for it.
+    """
+    watch = client.watch(key, end, start_revision=after + 1)
+    try:
+        await watch.__aenter__()
+    except EtcdRequestError as exc:
+        if "compacted" in exc.details:
+            return []
+        raise
+    try:
+        while True:
+            events = await watch.next(None)
+            if events:
+                return events
+    finally:
+        detach(timer, client.request_timeout, watch.__aexit__(None, None, None))

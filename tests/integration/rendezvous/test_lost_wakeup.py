@@ -63,11 +63,11 @@ class CompactedBeforeWatching(EtcdClient):
     def __init__(self, server: EtcdServer, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._server = server
-        self.compacted = False
+        self.compacted = asyncio.Event()
 
     def watch(self, *args: Any, **kwargs: Any) -> Watch:
-        if not self.compacted:
-            self.compacted = True
+        if not self.compacted.is_set():
+            self.compacted.set()
             self._server.etcdctl("put", "/unrelated", "x")
             self._server.etcdctl("put", "/unrelated", "y")
             status = json.loads(self._server.etcdctl("get", "/unrelated", "-w", "json"))
@@ -91,21 +91,18 @@ def _context() -> Context:
     )
 
 
-async def _pair(first: EtcdClient, endpoint: str, joined: asyncio.Event | None) -> list[Outcome]:
-    """Node a (on ``first``) starts waiting; then node b joins and completes the round."""
+async def _pair(first: EtcdClient, endpoint: str, waiting_since: asyncio.Event) -> list[Outcome]:
+    """Node a (on ``first``) starts waiting; once ``waiting_since`` is set, node b joins and
+    completes the round."""
     keys = RendezvousKeys.of(JobKeys("/lost-wakeup", new_run_id()))
     second = EtcdClient(endpoint, request_timeout=2)
     a, a_lease = _executor(first, keys, "node-a")
     b, b_lease = _executor(second, keys, "node-b")
     try:
         waiting = asyncio.ensure_future(a.next_rendezvous(_context(), 0))
-        if joined is not None:
-            await asyncio.wait_for(joined.wait(), RETURN_WITHIN)
-        else:
-            while a.joined_at is None:
-                await asyncio.sleep(0.01)
+        await asyncio.wait_for(waiting_since.wait(), RETURN_WITHIN)
         completing = asyncio.ensure_future(b.next_rendezvous(_context(), 0))
-        done, pending = await asyncio.wait({waiting, completing}, timeout=RETURN_WITHIN)
+        _, pending = await asyncio.wait({waiting, completing}, timeout=RETURN_WITHIN)
         for task in pending:
             task.cancel()
         assert not pending, "a node never returned although its round completed"
@@ -132,6 +129,5 @@ async def test_a_waiter_whose_history_was_compacted_reads_again(
     etcd_server: EtcdServer,
 ) -> None:
     client = CompactedBeforeWatching(etcd_server, etcd_server.endpoint, request_timeout=2)
-    outcomes = await _pair(client, etcd_server.endpoint, None)
-    assert client.compacted
+    outcomes = await _pair(client, etcd_server.endpoint, client.compacted)
     assert sorted(o.rank for o in outcomes) == [0, 1]

@@ -8,9 +8,11 @@ read again afterwards, so this module never decides what a change means.
 
 from __future__ import annotations
 
+import asyncio
+import weakref
 from typing import Any
 
-from elasticjob_agent.etcd.client import EtcdClient, EtcdRequestError
+from elasticjob_agent.etcd.client import EtcdClient, EtcdRequestError, Watch
 from elasticjob_agent.rendezvous.deadline import Timer, detach
 
 
@@ -22,11 +24,14 @@ async def first_events(
     ``[]`` when etcd has compacted that revision: the caller must read the current state again
     (what it would have learnt from the events is in it). Errors of an unreachable etcd
     propagate. Cancelling the watch is one more message on the stream, sent in the background
-    (bounded by the client's request timeout): a caller never waits for it.
+    (bounded by the client's request timeout): a caller never waits for it. Writes to the
+    client's watch stream (creations, cancellations) go one at a time.
     """
     watch = client.watch(key, end, start_revision=after + 1)
+    lock = _writes(client)
     try:
-        await watch.__aenter__()
+        async with lock:
+            await watch.__aenter__()
     except EtcdRequestError as exc:
         if "compacted" in exc.details:
             return []
@@ -37,4 +42,21 @@ async def first_events(
             if events:
                 return events
     finally:
-        detach(timer, client.request_timeout, watch.__aexit__(None, None, None))
+        detach(timer, client.request_timeout, _cancel(lock, watch))
+
+
+# grpc refuses a second write on a stream while one is in flight ("Internal error from Core"):
+# the creation of one watch and the cancellation of another share the client's watch stream.
+_LOCKS: weakref.WeakKeyDictionary[EtcdClient, asyncio.Lock] = weakref.WeakKeyDictionary()
+
+
+def _writes(client: EtcdClient) -> asyncio.Lock:
+    lock = _LOCKS.get(client)
+    if lock is None:
+        lock = _LOCKS[client] = asyncio.Lock()
+    return lock
+
+
+async def _cancel(lock: asyncio.Lock, watch: Watch) -> None:
+    async with lock:
+        await watch.__aexit__(None, None, None)

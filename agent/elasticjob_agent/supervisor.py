@@ -32,6 +32,7 @@ from elasticjob_agent.rendezvous import (
     RendezvousStateError,
     RendezvousTimeoutError,
 )
+from elasticjob_agent.rendezvous.roles import exchange_roles
 from elasticjob_agent.restart_budget import RestartCounts, RestartStateError, budget_exhausted
 from elasticjob_agent.restart_counter import BUDGET_SPENT_REASON, Recorded
 from elasticjob_agent.worker_env import (
@@ -39,13 +40,11 @@ from elasticjob_agent.worker_env import (
     GroupContext,
     RankAssignment,
     RoleInfo,
-    assign_ranks,
     worker_env,
 )
 
 logger = logging.getLogger(__name__)
 
-_ROLE_KEY = "elasticjob/role_info/{}"
 _MASTER_KEY = "elasticjob/master"
 _EXIT_KEY = "elasticjob/exit/{}"
 _EXIT_BARRIER_TIMEOUT = 300.0
@@ -274,11 +273,9 @@ class Supervisor:
             return None
 
     def _exchange_roles(self, store: Any, group_rank: int, group_world: int) -> RankAssignment:
-        """torchrun's role-rank exchange, through the round's store (one key per node)."""
+        """torchrun's role-rank exchange through the round's store, O(1) requests per node."""
         mine = RoleInfo(self._s.role, group_rank, self._s.nproc_per_node)
-        store.set(_ROLE_KEY.format(group_rank), mine.encode())
-        infos = [RoleInfo.decode(bytes(store.get(_ROLE_KEY.format(r)))) for r in range(group_world)]
-        return assign_ranks(infos)[group_rank]
+        return exchange_roles(store, mine, group_world)
 
     def _master(self, info: Any, group_rank: int) -> tuple[str, int]:
         bootstrap = getattr(info, "bootstrap_store_info", None)

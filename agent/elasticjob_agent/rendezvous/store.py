@@ -30,6 +30,7 @@ from elasticjob_agent.etcd.client import (
 from elasticjob_agent.etcd.endpoints import Endpoint, parse_endpoints
 from elasticjob_agent.rendezvous.deadline import ClockTimer, DeadlineReached, until
 from elasticjob_agent.rendezvous.errors import RendezvousConnectionError
+from elasticjob_agent.rendezvous.kv import AsyncEtcdStore, StoreTimeout
 from elasticjob_agent.rendezvous.session import EtcdSession
 from elasticjob_agent.rendezvous.watching import first_events
 
@@ -63,6 +64,12 @@ class EtcdStore(dist.Store):  # type: ignore[misc,name-defined]  # torch stubs l
         super().__init__()
         self._timer = ClockTimer(time.monotonic)
         self._recheck = recheck_interval
+        self._kv = AsyncEtcdStore(
+            session.client,
+            prefix,
+            timeout=timeout.total_seconds(),
+            recheck_interval=recheck_interval,
+        )
         if not prefix.endswith(b"/"):
             raise ValueError(f"store prefix must end with '/': {prefix!r}")
         self._session = session
@@ -110,11 +117,19 @@ class EtcdStore(dist.Store):  # type: ignore[misc,name-defined]  # torch stubs l
         self._run(lambda: self._client.put(k, v), self._seconds(None))
 
     def get(self, key: str) -> bytes:
-        self.wait([key])
-        kv = self._run(lambda: self._client.get(self._key(key)), self._seconds(None))
-        if kv is None:  # deleted between the wait and the read
-            raise dist.DistStoreError(f"key {key!r} vanished from the store")
-        return bytes(kv.value)
+        return self.multi_get([key])[0]
+
+    def multi_get(self, keys: list[str]) -> list[bytes]:
+        """The values of ``keys``, waiting for missing ones: one range read and one watch,
+        whatever the number of keys (see ``AsyncEtcdStore.multi_get``)."""
+        seconds = self._seconds(None)
+        self._kv.timeout = seconds
+        try:
+            return self._run(lambda: self._kv.multi_get(keys), seconds)
+        except StoreTimeout as exc:
+            raise dist.DistStoreError(str(exc)) from exc
+        except RendezvousConnectionError as exc:
+            raise dist.DistStoreError(f"etcd unreachable while reading {keys[:3]}: {exc}") from exc
 
     def add(self, key: str, amount: int) -> int:
         k = self._key(key)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from elasticjob_agent.etcd.client import EtcdClient, EtcdRequestError, Watch
@@ -22,10 +23,33 @@ async def first_events(
     """The first non-empty batch of events on ``[key, end)`` after revision ``after``.
 
     ``[]`` when etcd has compacted that revision: the caller must read the current state again
-    (what it would have learnt from the events is in it). Errors of an unreachable etcd
-    propagate. Cancelling the watch is one more message on the stream, sent in the background
-    (bounded by the client's request timeout): a caller never waits for it. Writes to the
-    client's watch stream (creations, cancellations) go one at a time.
+    (what it would have learnt from the events is in it). See ``events_until``."""
+    first: list[Any] = []
+
+    def take(events: list[Any]) -> bool:
+        first.extend(events)
+        return True
+
+    await events_until(client, key, end, after, timer, take=take)
+    return first
+
+
+async def events_until(
+    client: EtcdClient,
+    key: bytes,
+    end: bytes,
+    after: int,
+    timer: Timer,
+    *,
+    take: Callable[[list[Any]], bool],
+) -> None:
+    """Feed the events on ``[key, end)`` after revision ``after`` to ``take``, batch by batch,
+    until it returns True. Returns at once when etcd has compacted that revision (the caller
+    reads again). Errors of an unreachable etcd propagate.
+
+    Cancelling the watch is one more message on the stream, sent in the background (bounded by
+    the client's request timeout): a caller never waits for it. Writes to the client's watch
+    stream (creations, cancellations) go one at a time.
     """
     watch = client.watch(key, end, start_revision=after + 1)
     lock = _writes(client)
@@ -34,13 +58,13 @@ async def first_events(
             await watch.__aenter__()
     except EtcdRequestError as exc:
         if "compacted" in exc.details:
-            return []
+            return
         raise
     try:
         while True:
             events = await watch.next(None)
-            if events:
-                return events
+            if events and take(events):
+                return
     finally:
         detach(timer, client.request_timeout, _cancel(lock, watch))
 

@@ -36,6 +36,7 @@ from elasticjob_agent.rendezvous.watching import first_events
 
 T = TypeVar("T")
 _DEFAULT_TIMEOUT = timedelta(seconds=300)
+_TXN_RANGES = 100
 
 
 def _bytes(value: str | bytes | bytearray | Sequence[int]) -> bytes:
@@ -171,14 +172,21 @@ class EtcdStore(dist.Store):  # type: ignore[misc,name-defined]  # torch stubs l
         return self._run(lambda: self._all_exist(keys), self._seconds(None))[0]
 
     async def _all_exist(self, keys: Sequence[str]) -> tuple[bool, int]:
+        """Whether every key exists, and the revision that answer holds at (of the first
+        missing key's read). Chunked: etcd refuses transactions past ``--max-txn-ops`` (128)."""
         if not keys:
             response = await self._client.range(self._key("__none__"))
             return True, int(response.header.revision)
-        response = await self._client.txn(
-            [], [op_range(self._key(key), count_only=True) for key in keys]
-        )
-        ok = all(r.response_range.count > 0 for r in response.responses)
-        return ok, int(response.header.revision)
+        revision = 0
+        for start in range(0, len(keys), _TXN_RANGES):
+            chunk = keys[start : start + _TXN_RANGES]
+            response = await self._client.txn(
+                [], [op_range(self._key(key), count_only=True) for key in chunk]
+            )
+            revision = int(response.header.revision)
+            if not all(r.response_range.count > 0 for r in response.responses):
+                return False, revision
+        return True, revision
 
     def wait(self, keys: list[str], timeout: timedelta | None = None) -> None:
         seconds = self._seconds(timeout)

@@ -1,26 +1,40 @@
-"""Rendezvous completion time for N simulated nodes, ours against torch's, in the same run.
+"""The agent's path from the start signal to every node's worker environment, ours against
+torch's, in the same run.
+
+``--path agent`` (the default) measures, per simulated node, what an agent does before it can
+start its workers: the rendezvous, the master address, the role exchange and the worker
+environment (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``... of local rank 0), with
+``nproc_per_node = 8``. ``--path rendezvous`` stops at ``next_rendezvous()``.
 
 Candidates (every node has its own client connection; nodes are spread round-robin over a fixed
 pool of worker processes, so no single process's GIL decides the result):
 
-- ``ours``: our rendezvous (``elasticjob_agent.rendezvous``) on etcd v3: the same executor and
-  master-address bootstrap that ``EtcdRendezvousHandler.next_rendezvous()`` runs, one
-  ``EtcdClient`` (one TCP connection) per node, nodes as asyncio tasks in each worker;
-- ``torch-c10d``: torch's ``DynamicRendezvousHandler`` on its ``C10dRendezvousBackend``
-  (one TCPStore client per node, the TCPStore server in the parent), one thread per node;
-- ``torch-etcd-v3``: torch's ``DynamicRendezvousHandler`` on our ``EtcdV3RendezvousBackend``.
+- ``ours``: ``elasticjob_agent``'s executor (what ``EtcdRendezvousHandler.next_rendezvous()``
+  runs; the master address comes with the membership), then rank 0 publishes ``MASTER_ADDR`` /
+  ``MASTER_PORT`` like the handler, then ``rendezvous.roles`` (rank 0 gathers, one table) and
+  ``worker_env``; one ``EtcdClient`` (one TCP connection) per node, nodes as asyncio tasks;
+- ``torch-c10d``: torch's ``DynamicRendezvousHandler`` on its ``C10dRendezvousBackend`` (one
+  TCPStore client per node, the TCPStore server in the parent; its ``next_rendezvous()`` also
+  builds the master address through the store), then torch's own rank assignment
+  (``SimpleElasticAgent._assign_worker_ranks``: rank 0 ``multi_get``s, ``multi_set``s), one
+  thread per node;
+- ``torch-etcd-v3``: the same torch path on our ``EtcdV3RendezvousBackend``.
 
-Scenarios: ``max`` (``min = max = N``: completes at max) and ``last-call`` (``min = N``,
+Scenarios: ``min-eq-max`` (``min = max = N``: completes at max) and ``last-call`` (``min = N``,
 ``max = 2N``, ``last_call = 1 s``). Reported per case: time from the start signal to the last
-node returning, for ours also from the last join to the last return, requests per node (etcd
-requests for etcd backends; state reads and writes for torch's handler), and failed
-compare-and-swaps. Then the ratio torch/ours for each case.
+node having its environment, for ours also from the last join, requests per node (etcd requests
+for etcd backends; for torch-c10d the handler's state reads and writes plus the rank
+assignment's store calls), failed compare-and-swaps, and CPU seconds per node (clients plus
+server: etcd, or the parent holding the TCPStore server). A case that does not finish within
+``CASE_TIMEOUT`` plus a margin is reported as hung and ends the run with exit code 3.
 
 etcd runs with its data directory on tmpfs (/dev/shm; etcd 3.4 has no ``--unsafe-no-fsync``),
 the same for every etcd candidate.
 
-    .venv/bin/python bench/rendezvous_bench.py                 # the full table
-    .venv/bin/python bench/rendezvous_bench.py --sizes 8,64 --ours-sizes 1024 --workers 4
+    .venv/bin/python bench/rendezvous_bench.py --sizes 64 --ours-sizes 256,1024,4096 \
+        --scenarios min-eq-max --candidates ours,torch-c10d
+    .venv/bin/python bench/rendezvous_bench.py --sizes "" --ours-sizes 1024 \
+        --scenarios min-eq-max --candidates ours --repeat 20
 """
 
 from __future__ import annotations
@@ -50,11 +64,17 @@ from elasticjob_agent.etcd.client import EtcdClient
 from elasticjob_agent.etcd.session import LeaseKeeper
 from elasticjob_agent.protocol.keys import JobKeys
 from elasticjob_agent.rendezvous.backend import create_backend
-from elasticjob_agent.rendezvous.executor import Executor
+from elasticjob_agent.rendezvous.executor import Executor, Outcome
+from elasticjob_agent.rendezvous.kv import AsyncEtcdStore
+from elasticjob_agent.rendezvous.role_info import RankAssignment, RoleInfo
+from elasticjob_agent.rendezvous.roles import exchange_roles_async
 from elasticjob_agent.rendezvous.state import Context
 from elasticjob_agent.rendezvous.wire import RendezvousKeys
+from elasticjob_agent.supervision.worker_env import AgentKnobs, GroupContext, worker_env
 from torch.distributed import TCPStore  # type: ignore[attr-defined]
+from torch.distributed.elastic.agent.server.api import SimpleElasticAgent, WorkerSpec
 from torch.distributed.elastic.rendezvous import RendezvousParameters
+from torch.distributed.elastic.rendezvous.api import RendezvousStoreInfo
 from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
 from torch.distributed.elastic.rendezvous.dynamic_rendezvous import (
     RendezvousBackend,
@@ -62,6 +82,13 @@ from torch.distributed.elastic.rendezvous.dynamic_rendezvous import (
 )
 
 CASE_TIMEOUT = 240.0
+# How long the parent waits for a worker's answer past the case's own timeout before it calls
+# the case hung (every node's wait is bounded by CASE_TIMEOUT, so this never fires unless one
+# is not).
+HANG_MARGIN = 60.0
+SCENARIOS = ("min-eq-max", "last-call")
+PATHS = ("agent", "rendezvous")
+NPROC = 8
 
 
 def free_port() -> int:
@@ -78,6 +105,7 @@ class Case:
     endpoint: str
     tcp_port: int
     run_id: str
+    path: str = "agent"
 
     @property
     def min_nodes(self) -> int:
@@ -85,7 +113,7 @@ class Case:
 
     @property
     def max_nodes(self) -> int:
-        return self.n if self.scenario == "max" else 2 * self.n
+        return self.n if self.scenario == "min-eq-max" else 2 * self.n
 
     @property
     def last_call(self) -> float:
@@ -102,6 +130,23 @@ class NodeResult:
 
 
 # --- worker side -------------------------------------------------------------------------
+
+
+def _environment(run_id: str, outcome: Outcome, assignment: RankAssignment) -> dict[str, str]:
+    """Local rank 0's worker environment, as the agent builds it."""
+    ctx = GroupContext(
+        run_id=run_id,
+        role="default",
+        group_rank=outcome.rank,
+        group_world_size=outcome.world_size,
+        local_world_size=NPROC,
+        master_addr=outcome.master_addr,
+        master_port=outcome.master_port,
+        restart_count=0,
+        max_restarts=0,
+        assignment=assignment,
+    )
+    return worker_env(ctx, 0, {}, AgentKnobs())
 
 
 def _ours(case: Case, nodes: list[str], ready: Connection, start: Any) -> list[NodeResult]:
@@ -132,7 +177,25 @@ def _ours(case: Case, nodes: list[str], ready: Connection, start: Any) -> list[N
                 recheck_interval=5.0,
             )
             outcome = await ex.next_rendezvous(ctx, 0)
-            assert outcome.master_addr == "127.0.0.1"
+            if outcome.master_addr != "127.0.0.1":
+                raise RuntimeError(f"unexpected master {outcome.master_addr}")
+            if case.path == "agent":
+                store = AsyncEtcdStore(
+                    ex.client,
+                    keys.store_prefix(outcome.round),
+                    timeout=CASE_TIMEOUT,
+                    recheck_interval=5.0,
+                )
+                if outcome.rank == 0:  # what EtcdRendezvousHandler does for tools
+                    await store.set(RendezvousStoreInfo.MASTER_ADDR_KEY, b"127.0.0.1")
+                    await store.set(
+                        RendezvousStoreInfo.MASTER_PORT_KEY, str(outcome.master_port).encode()
+                    )
+                mine = RoleInfo("default", outcome.rank, NPROC)
+                assignment = await exchange_roles_async(store, mine, outcome.world_size)
+                env = _environment(case.run_id, outcome, assignment)
+                if env["RANK"] != str(outcome.rank * NPROC):
+                    raise RuntimeError(f"wrong RANK {env['RANK']} for node rank {outcome.rank}")
             return time.time(), ex.joined_at
 
         done = await asyncio.gather(*(one(ex) for ex in executors), return_exceptions=True)
@@ -148,6 +211,30 @@ def _ours(case: Case, nodes: list[str], ready: Connection, start: Any) -> list[N
         return results
 
     return asyncio.run(main())
+
+
+class CountingStore:
+    """Forwards the store calls torch's rank assignment makes, and counts them."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.calls = 0
+
+    def set(self, key: str, value: Any) -> None:
+        self.calls += 1
+        self.inner.set(key, value)
+
+    def get(self, key: str) -> Any:
+        self.calls += 1
+        return self.inner.get(key)
+
+    def multi_get(self, keys: list[str]) -> Any:
+        self.calls += 1
+        return self.inner.multi_get(keys)
+
+    def multi_set(self, keys: list[str], values: list[Any]) -> None:
+        self.calls += 1
+        self.inner.multi_set(keys, values)
 
 
 class CountingBackend:
@@ -206,12 +293,28 @@ def _torch(case: Case, nodes: list[str], ready: Connection, start: Any) -> list[
     etcd_before = [s.client.requests for s in sessions]
     results: list[NodeResult | None] = [None] * len(nodes)
 
+    store_calls = [0] * len(nodes)
+
     def run(i: int) -> None:
         if i == 0:
             _wait_start(start)
         start.wait()
         try:
-            handlers[i].next_rendezvous()
+            info = handlers[i].next_rendezvous()
+            if case.path == "agent":
+                store = CountingStore(info.store)
+                spec = WorkerSpec(
+                    role="default", local_world_size=NPROC, rdzv_handler=handlers[i], entrypoint="x"
+                )
+                # torch's own assignment (rank 0 gathers and publishes); it uses no agent state.
+                agent: Any = None
+                workers = SimpleElasticAgent._assign_worker_ranks(
+                    agent, store, info.rank, info.world_size, spec
+                )
+                store_calls[i] = store.calls
+                master = info.bootstrap_store_info
+                if master is None or workers[0].global_rank != info.rank * NPROC:
+                    raise RuntimeError("torch's path gave no master or wrong ranks")
             results[i] = NodeResult(time.time(), None, 0, 0)
         except Exception as exc:
             results[i] = NodeResult(time.time(), None, 0, 0, repr(exc))
@@ -221,7 +324,7 @@ def _torch(case: Case, nodes: list[str], ready: Connection, start: Any) -> list[
         t.start()
     ready.send("ready")
     for t in threads:
-        t.join(CASE_TIMEOUT + 30)
+        t.join(CASE_TIMEOUT + HANG_MARGIN / 2)
     out: list[NodeResult] = []
     for i, maybe in enumerate(results):
         r = maybe or NodeResult(time.time(), None, 0, 0, "hung")
@@ -229,7 +332,7 @@ def _torch(case: Case, nodes: list[str], ready: Connection, start: Any) -> list[
         if sessions:
             r.requests = sessions[i].client.requests - etcd_before[i]
         else:
-            r.requests = c.reads + c.writes
+            r.requests = c.reads + c.writes + store_calls[i]
         r.failed_cas = c.failed
         out.append(r)
     # torch's shutdown() closes the rendezvous: only once every worker is done.
@@ -337,8 +440,12 @@ class Row:
     first_error: str | None
     client_cpu: float
     """CPU seconds of the worker processes from the start signal to their last node."""
-    etcd_cpu: float
-    """CPU seconds etcd used in the same window."""
+    server_cpu: float
+    """CPU seconds of etcd (or of the parent holding the TCPStore server) in the same window."""
+
+    @property
+    def cpu_per_node(self) -> float:
+        return (self.client_cpu + self.server_cpu) / self.case.n
 
 
 ETCD_PID = [0]
@@ -348,6 +455,16 @@ def etcd_cpu() -> float:
     """CPU seconds etcd has used so far (utime + stime from /proc)."""
     fields = Path(f"/proc/{ETCD_PID[0]}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Hung(Exception):
+    """A worker did not answer within the case's deadline."""
+
+
+def _recv(conn: Connection, deadline: float) -> Any:
+    if not conn.poll(max(0.0, deadline - time.monotonic())):
+        raise Hung("a worker process did not answer before the case's deadline")
+    return conn.recv()
 
 
 def run_case(case: Case, pool: list[tuple[Any, Connection]], start: Any) -> Row:
@@ -364,26 +481,28 @@ def run_case(case: Case, pool: list[tuple[Any, Connection]], start: Any) -> Row:
     shares = [nodes[w :: len(pool)] for w in range(len(pool))]
     active = [(conn, share) for (_, conn), share in zip(pool, shares, strict=True) if share]
     start.clear()
+    setup_deadline = time.monotonic() + CASE_TIMEOUT
     for conn, share in active:
         conn.send((case, share))
     for conn, _ in active:
-        if conn.recv() != "ready":
+        if _recv(conn, setup_deadline) != "ready":
             raise RuntimeError("worker not ready")
     time.sleep(0.2)
-    server_before = etcd_cpu()
+    server_before = etcd_cpu() if case.candidate != "torch-c10d" else _cpu()
     t0 = time.time()
     start.set()
+    deadline = time.monotonic() + CASE_TIMEOUT + HANG_MARGIN
     results: list[NodeResult] = []
     cpu = 0.0
     for conn, _ in active:
-        part, part_cpu = conn.recv()
+        part, part_cpu = _recv(conn, deadline)
         results.extend(part)
         cpu += part_cpu
-    server_cpu = etcd_cpu() - server_before if case.candidate != "torch-c10d" else 0.0
+    server_cpu = (etcd_cpu() if case.candidate != "torch-c10d" else _cpu()) - server_before
     for conn, _ in active:
         conn.send("cleanup")
     for conn, _ in active:
-        conn.recv()
+        _recv(conn, deadline + HANG_MARGIN)
     start.clear()
     del master
     errors = [r.error for r in results if r.error]
@@ -398,21 +517,33 @@ def run_case(case: Case, pool: list[tuple[Any, Connection]], start: Any) -> Row:
         errors=len(errors),
         first_error=errors[0] if errors else None,
         client_cpu=cpu,
-        etcd_cpu=server_cpu,
+        server_cpu=server_cpu,
     )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="8,64,256", help="N for every candidate")
-    parser.add_argument("--ours-sizes", default="1024", help="extra N for ours only")
-    parser.add_argument("--scenarios", default="max,last-call")
-    parser.add_argument("--candidates", default="ours,torch-c10d,torch-etcd-v3")
+    parser.add_argument("--sizes", default="64", help="N for every candidate")
+    parser.add_argument("--ours-sizes", default="256,1024,4096", help="extra N for ours only")
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"of {SCENARIOS}")
+    parser.add_argument("--candidates", default="ours,torch-c10d")
+    parser.add_argument("--path", default="agent", choices=PATHS)
+    parser.add_argument("--repeat", type=int, default=1, help="runs of every case")
     parser.add_argument("--workers", type=int, default=4, help="worker processes")
     args = parser.parse_args()
+    scenarios = [s for s in args.scenarios.split(",") if s]
+    unknown = [s for s in scenarios if s not in SCENARIOS]
+    if unknown:
+        # An unknown name once ran silently as last-call: a 1 s wait measured as our latency.
+        parser.error(f"unknown scenario(s) {unknown}: choose from {SCENARIOS}")
+    candidates = [c for c in args.candidates.split(",") if c]
+    bad = [c for c in candidates if c not in ("ours", "torch-c10d", "torch-etcd-v3")]
+    if bad:
+        parser.error(f"unknown candidate(s) {bad}")
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
     sizes = [int(s) for s in args.sizes.split(",") if s]
     ours_sizes = [int(s) for s in args.ours_sizes.split(",") if s]
-    candidates = args.candidates.split(",")
     resource.setrlimit(resource.RLIMIT_NOFILE, (20000, 20000))
     # A SIGTERM (e.g. from `timeout`) unwinds through the finally blocks: no stray etcd.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -428,23 +559,29 @@ def main() -> int:
     etcd = Etcd()
     ETCD_PID[0] = etcd.proc.pid
     rows: list[Row] = []
+    hung = False
     try:
-        for scenario in args.scenarios.split(","):
+        for scenario in scenarios:
             for n in sorted({*sizes, *ours_sizes}):
                 for candidate in candidates:
                     if n not in sizes and candidate != "ours":
                         continue
-                    case = Case(
-                        candidate,
-                        scenario,
-                        n,
-                        etcd.endpoint,
-                        free_port(),
-                        f"{candidate}-{scenario}-{n}-{uuid.uuid4().hex[:6]}",
-                    )
-                    row = run_case(case, pool, start)
-                    rows.append(row)
-                    print(_format(row), flush=True)
+                    for _ in range(args.repeat):
+                        case = Case(
+                            candidate,
+                            scenario,
+                            n,
+                            etcd.endpoint,
+                            free_port(),
+                            f"{candidate}-{scenario}-{n}-{uuid.uuid4().hex[:6]}",
+                            args.path,
+                        )
+                        row = run_case(case, pool, start)
+                        rows.append(row)
+                        print(_format(row), flush=True)
+    except Hung as exc:
+        hung = True
+        print(f"HUNG: {exc}", flush=True)
     finally:
         etcd.close()
         for proc, conn in pool:
@@ -454,8 +591,8 @@ def main() -> int:
             if proc.is_alive():
                 proc.kill()
     print()
-    print(_table(rows))
-    return 0
+    print(_table(rows, args.repeat))
+    return 3 if hung else 0
 
 
 def _format(row: Row) -> str:
@@ -463,29 +600,48 @@ def _format(row: Row) -> str:
     alj = f"{row.after_last_join:.3f}" if row.after_last_join is not None else "-"
     err = f" errors={row.errors} ({row.first_error})" if row.errors else ""
     return (
-        f"{c.candidate:14s} {c.scenario:9s} N={c.n:5d} total={row.total:7.3f}s "
+        f"{c.candidate:14s} {c.scenario:10s} N={c.n:5d} total={row.total:7.3f}s "
         f"after-last-join={alj} req/node={row.requests_per_node:6.1f} "
         f"failed-cas={row.failed_cas} cpu(clients)={row.client_cpu:.2f}s "
-        f"cpu(etcd)={row.etcd_cpu:.2f}s{err}"
+        f"cpu(server)={row.server_cpu:.2f}s cpu/node={row.cpu_per_node * 1000:.2f}ms{err}"
     )
 
 
-def _table(rows: list[Row]) -> str:
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def _table(rows: list[Row], repeat: int) -> str:
+    """One line per case (medians when repeated; min-max of the totals in brackets)."""
     lines = [
-        "| scenario | N | candidate | total (s) | last join -> last return (s) "
-        "| requests/node | failed CAS | errors | CPU s clients | CPU s etcd | torch / ours |",
+        "| scenario | N | candidate | runs | total (s) | last join -> last env (s) "
+        "| requests/node | failed CAS | errors | CPU ms/node | torch / ours |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    ours = {(r.case.scenario, r.case.n): r.total for r in rows if r.case.candidate == "ours"}
+    groups: dict[tuple[str, int, str], list[Row]] = {}
     for r in rows:
-        c = r.case
-        base = ours.get((c.scenario, c.n))
-        ratio = f"{r.total / base:.1f}x" if base and c.candidate != "ours" else ""
-        alj = f"{r.after_last_join:.3f}" if r.after_last_join is not None else "-"
+        groups.setdefault((r.case.scenario, r.case.n, r.case.candidate), []).append(r)
+    ours = {
+        (sc, n): _median([r.total for r in rs]) for (sc, n, c), rs in groups.items() if c == "ours"
+    }
+    for (scenario, n, candidate), rs in groups.items():
+        total = _median([r.total for r in rs])
+        spread = (
+            f" ({min(r.total for r in rs):.3f}-{max(r.total for r in rs):.3f})"
+            if repeat > 1
+            else ""
+        )
+        joins = [r.after_last_join for r in rs if r.after_last_join is not None]
+        alj = f"{_median(joins):.3f}" if joins else "-"
+        base = ours.get((scenario, n))
+        ratio = f"{total / base:.1f}x" if base and candidate != "ours" else ""
         lines.append(
-            f"| {c.scenario} | {c.n} | {c.candidate} | {r.total:.3f} | {alj} "
-            f"| {r.requests_per_node:.1f} | {r.failed_cas} | {r.errors} "
-            f"| {r.client_cpu:.2f} | {r.etcd_cpu:.2f} | {ratio} |"
+            f"| {scenario} | {n} | {candidate} | {len(rs)} | {total:.3f}{spread} | {alj} "
+            f"| {_median([r.requests_per_node for r in rs]):.1f} "
+            f"| {sum(r.failed_cas for r in rs)} | {sum(r.errors for r in rs)} "
+            f"| {_median([r.cpu_per_node for r in rs]) * 1000:.2f} | {ratio} |"
         )
     return "\n".join(lines)
 

@@ -29,6 +29,8 @@ from elasticjob_agent.etcd.client import (
     op_range,
     prefix_end,
 )
+from elasticjob_agent.rendezvous import transactions
+from elasticjob_agent.rendezvous.deadline import ClockTimer, DeadlineReached, Timer, until
 from elasticjob_agent.rendezvous.errors import (
     RendezvousClosedError,
     RendezvousConnectionError,
@@ -43,12 +45,13 @@ from elasticjob_agent.rendezvous.state import (
     Snapshot,
     decide,
 )
+from elasticjob_agent.rendezvous.transactions import Compare, Put, Target, Txn, Write
+from elasticjob_agent.rendezvous.watching import first_events
 from elasticjob_agent.rendezvous.wire import (
     RendezvousKeys,
     decode,
     decode_float,
     decode_int,
-    encode,
 )
 
 log = logging.getLogger(__name__)
@@ -96,7 +99,10 @@ class Executor:
         clock: Callable[[], float] = time.time,
         recheck_interval: float = 5.0,
         advertise: Callable[[], tuple[str, int]] = lambda: ("127.0.0.1", 29500),
+        timer: Timer | None = None,
     ) -> None:
+        self._timer: Timer = timer if timer is not None else ClockTimer(clock)
+        clock = self._timer.now
         self._recheck = recheck_interval
         self._advertise = advertise
         self.client = client
@@ -117,8 +123,16 @@ class Executor:
         outage_start: float | None = None
         delay = 0.05
         while True:
+            # A backstop: requests carry their own deadline and waits end at theirs (never
+            # after ``deadline``), so this bound only ends an attempt that nothing else would.
+            bound = (self.clock() if deadline is None else deadline) + self.etcd_timeout
             try:
-                return await op()
+                try:
+                    return await until(self._timer, bound, op())
+                except DeadlineReached:
+                    raise RendezvousConnectionError(
+                        f"etcd did not answer within {self.etcd_timeout:g}s"
+                    ) from None
             except RendezvousConnectionError as exc:
                 now = self.clock()
                 if outage_start is None:
@@ -271,33 +285,33 @@ class Executor:
 
     async def join_or_read(self, guess: int, max_nodes: int) -> Snapshot:
         """What ``decide`` would do first on a fresh call, without the read before it: join
-        round ``guess`` if it is the current round, open and not closed; either way return the
-        snapshot. Saves one round trip per node. (Not for a member of ``guess``, which must
-        bump the round instead.)"""
-        k, me = self.keys, self.node
-        pointer_is_guess = (
-            cmp_version(k.round, "==", 0)
-            if guess == 0
-            else cmp_value(k.round, "==", encode(round=guess))
-        )
-        lease = await self._lease.current()
-        addr, port = self._advertise()
-        snap = await self._act(
-            [
-                cmp_version(k.closed, "==", 0),
-                pointer_is_guess,
-                cmp_version(k.complete(guess), "==", 0),
-            ],
-            [
-                op_put(k.joined(guess, me), encode(node=me, addr=addr, port=port), lease),
-                op_delete(k.waiting(me)),
-            ],
-            guess,
-            max_nodes,
-        )
+        round ``guess`` if it is the current round, open and not closed (``blind_join``);
+        either way return the snapshot. Saves one round trip per node. (Not for a member of
+        ``guess``, which must bump the round instead.)"""
+        txn = transactions.blind_join(self.keys, self.node, guess, self._advertise())
+        snap = await self.send(txn, max_nodes)
         if snap.my_create and snap.round == guess and not snap.completed:
             self.joined_at = self.clock()
         return snap
+
+    async def write(self, txn: Txn) -> bool:
+        """Send ``txn`` without reading anything back; whether its compares held."""
+        on_lease = any(isinstance(w, Put) and w.on_lease for w in txn.success)
+        lease = await self._lease.current() if on_lease else 0
+        compares = [_compare(c) for c in txn.compare]
+        response = await self.client.txn(compares, [_write(w, lease) for w in txn.success])
+        return bool(response.succeeded)
+
+    async def send(self, txn: Txn, max_nodes: int) -> Snapshot:
+        """Send ``txn`` (both branches read back the snapshot of ``txn.then_read``)."""
+        on_lease = any(isinstance(w, Put) and w.on_lease for w in txn.success)
+        lease = await self._lease.current() if on_lease else 0
+        return await self._act(
+            [_compare(c) for c in txn.compare],
+            [_write(w, lease) for w in txn.success],
+            txn.then_read,
+            max_nodes,
+        )
 
     async def _act(
         self, compare: Sequence[Any], writes: Sequence[Any], p: int, max_nodes: int
@@ -311,63 +325,7 @@ class Executor:
 
     async def step(self, snap: Snapshot, action: Action, ctx: Context) -> Snapshot:
         """Do ``action`` (decided on ``snap``) and return the next snapshot."""
-        k, p, me = self.keys, action.round, self.node
-        mx = ctx.max_nodes
-        if action.kind is Kind.JOIN:
-            lease = await self._lease.current()
-            addr, port = self._advertise()
-            joined = await self._act(
-                [
-                    cmp_version(k.closed, "==", 0),
-                    cmp_mod(k.round, "==", action.fence),
-                    cmp_version(k.complete(p), "==", 0),
-                ],
-                [
-                    op_put(k.joined(p, me), encode(node=me, addr=addr, port=port), lease),
-                    op_delete(k.waiting(me)),
-                ],
-                p,
-                mx,
-            )
-            if joined.my_create and not snap.my_create:
-                self.joined_at = self.clock()
-            return joined
-        if action.kind is Kind.BUMP:
-            return await self._act(
-                [cmp_mod(k.round, "==", action.fence), cmp_version(k.closed, "==", 0)],
-                [op_put(k.round, encode(round=p + 1)), op_delete(k.joined(p, me))],
-                p + 1,
-                mx,
-            )
-        if action.kind is Kind.LAST_CALL:
-            assert action.deadline is not None
-            return await self._act(
-                [cmp_version(k.complete(p), "==", 0)],
-                [op_put(k.last_call(p), encode(deadline=action.deadline))],
-                p,
-                mx,
-            )
-        if action.kind is Kind.COMPLETE:
-            log.debug("completing round %d (node=%s, joined=%d)", p, me, snap.joined)
-            return await self._act(
-                [
-                    cmp_version(k.complete(p), "==", 0),
-                    cmp_version(k.closed, "==", 0),
-                    cmp_mod(k.round, "==", snap.round_mod),
-                    cmp_mod(k.last_call(p), "==", action.fence),
-                ],
-                [op_put(k.complete(p), encode(round=p))],
-                p,
-                mx,
-            )
-        if action.kind is Kind.WAIT_LIST:
-            lease = await self._lease.current()
-            return await self._act(
-                [],
-                [op_put(k.waiting(me), encode(node=me), lease), op_delete(k.joined(p, me))],
-                p,
-                mx,
-            )
+        k, p, mx = self.keys, action.round, ctx.max_nodes
         if action.kind is Kind.WAIT:
             assert action.deadline is not None
             events = await self._wait(snap.revision, action.deadline)
@@ -383,23 +341,25 @@ class Executor:
                     snap, revision=int(kv.mod_revision), completed=True, membership=membership
                 )
             return await self.read(p, mx)
-        raise ValueError(f"step() cannot do {action.kind}")
+        if action.kind is Kind.COMPLETE:
+            log.debug("completing round %d (node=%s, joined=%d)", p, self.node, snap.joined)
+        advertise = self._advertise() if action.kind is Kind.JOIN else None
+        after = await self.send(transactions.transaction(action, snap, k, self.node, advertise), mx)
+        if action.kind is Kind.JOIN and after.my_create and not snap.my_create:
+            self.joined_at = self.clock()
+        return after
 
     async def _wait(self, revision: int, deadline: float) -> list[Any]:
-        """The events under ``ctl/`` after ``revision``, or ``[]`` at ``deadline``."""
-        if deadline - self.clock() <= 0:
-            return []
+        """The events under ``ctl/`` after ``revision``; ``[]`` at ``deadline`` or when the
+        watch cannot replay from ``revision`` (compacted): the caller then reads again.
+
+        The whole watch (creation, events, cancellation) is bounded by ``deadline``, so a watch
+        that never starts or an event that never comes costs at most one re-check interval."""
         ctl = self.keys.ctl
+        watch = first_events(self.client, ctl, prefix_end(ctl), revision, self._timer)
         try:
-            async with self.client.watch(ctl, prefix_end(ctl), start_revision=revision + 1) as w:
-                while True:
-                    timeout = deadline - self.clock()
-                    if timeout <= 0:
-                        return []
-                    events = await w.next(timeout)
-                    if events:
-                        return events
-        except TimeoutError:
+            return await until(self._timer, deadline, watch)
+        except DeadlineReached:
             return []
 
     async def next_rendezvous(self, ctx: Context, guess: int) -> Outcome:
@@ -435,12 +395,24 @@ class Executor:
     async def _leave_round(self, p: int) -> None:
         """Best effort: drop our joined and wait-list keys (on a timeout)."""
         try:
-            await self.client.txn(
-                [],
-                [
-                    op_delete(self.keys.joined(p, self.node)),
-                    op_delete(self.keys.waiting(self.node)),
-                ],
-            )
+            await self.write(transactions.leave(self.keys, self.node, p))
         except Exception as exc:  # cleanup must not hide the timeout
             log.warning("could not leave round %d (node=%s): %s", p, self.node, exc)
+
+
+def _compare(c: Compare) -> Any:
+    if c.target is Target.VALUE:
+        if not isinstance(c.expected, bytes):
+            raise TypeError(f"a value compare needs bytes: {c}")
+        return cmp_value(c.key, "==", c.expected)
+    if not isinstance(c.expected, int):
+        raise TypeError(f"a {c.target.value} compare needs an integer: {c}")
+    if c.target is Target.MOD:
+        return cmp_mod(c.key, "==", c.expected)
+    return cmp_version(c.key, "==", c.expected)
+
+
+def _write(w: Write, lease: int) -> Any:
+    if isinstance(w, Put):
+        return op_put(w.key, w.value, lease if w.on_lease else 0)
+    return op_delete(w.key)

@@ -16,13 +16,14 @@ from torch.distributed.elastic.rendezvous.api import (
     RendezvousStoreInfo,
 )
 
-from elasticjob_agent.etcd.client import cmp_version, op_put, op_range, prefix_end
+from elasticjob_agent.etcd.client import op_range, prefix_end
 from elasticjob_agent.etcd.session import EtcdSession
+from elasticjob_agent.rendezvous import transactions
 from elasticjob_agent.rendezvous.config import BACKEND_NAME, RendezvousConfig
 from elasticjob_agent.rendezvous.executor import Executor, Outcome
 from elasticjob_agent.rendezvous.state import Context
 from elasticjob_agent.rendezvous.store import EtcdStore
-from elasticjob_agent.rendezvous.wire import RendezvousKeys, decode_int, encode
+from elasticjob_agent.rendezvous.wire import RendezvousKeys, decode_int
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +131,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
             self._session,
             self._keys.store_prefix(outcome.round),
             timedelta(seconds=cfg.join_timeout),
+            recheck_interval=cfg.heartbeat,
         )
         if outcome.rank == 0:
             # For tools that read the store like torch's RendezvousStoreInfo.build() does.
@@ -146,14 +148,8 @@ class EtcdRendezvousHandler(RendezvousHandler):
 
     def set_closed(self) -> None:
         """Close the rendezvous for every node (final)."""
-        k = self._keys.closed
-        self._session.run(
-            self._executor.call(
-                lambda: self._session.client.txn(
-                    [cmp_version(k, "==", 0)], [op_put(k, encode(by=self.config.node_id))]
-                )
-            )
-        )
+        txn = transactions.close(self._keys, self.config.node_id)
+        self._session.run(self._executor.call(lambda: self._executor.write(txn)))
         log.info("rendezvous closed: run_id=%s node=%s", self.config.run_id, self.config.node_id)
 
     def num_nodes_waiting(self) -> int:

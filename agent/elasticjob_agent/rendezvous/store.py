@@ -2,9 +2,10 @@
 
 Values are stored as raw bytes; counters (``add``) as ASCII decimal like torch's own stores, so
 ``add`` and ``get`` interoperate. Waiting (``get`` of a missing key, ``wait``) watches the prefix
-instead of polling. Every blocking call honours the store timeout (``set_timeout``) or the one
-passed in, and raises ``torch.distributed.DistStoreError`` when it passes; an etcd outage longer
-than that raises ``RendezvousConnectionError``.
+instead of polling, and reads again at least every ``recheck_interval`` in case an event is
+lost. Every blocking call honours the store timeout (``set_timeout``) or the one passed in, and
+raises ``torch.distributed.DistStoreError`` when it passes; an etcd outage longer than that
+raises ``RendezvousConnectionError``.
 """
 
 from __future__ import annotations
@@ -28,10 +29,14 @@ from elasticjob_agent.etcd.client import (
 )
 from elasticjob_agent.etcd.endpoints import Endpoint, parse_endpoints
 from elasticjob_agent.etcd.session import EtcdSession
+from elasticjob_agent.rendezvous.deadline import ClockTimer, DeadlineReached, until
 from elasticjob_agent.rendezvous.errors import RendezvousConnectionError
+from elasticjob_agent.rendezvous.kv import AsyncEtcdStore, StoreTimeout
+from elasticjob_agent.rendezvous.watching import first_events
 
 T = TypeVar("T")
 _DEFAULT_TIMEOUT = timedelta(seconds=300)
+_TXN_RANGES = 100
 
 
 def _bytes(value: str | bytes | bytearray | Sequence[int]) -> bytes:
@@ -55,8 +60,17 @@ class EtcdStore(dist.Store):  # type: ignore[misc,name-defined]  # torch stubs l
         timeout: timedelta = _DEFAULT_TIMEOUT,
         *,
         owns_session: bool = False,
+        recheck_interval: float = 5.0,
     ) -> None:
         super().__init__()
+        self._timer = ClockTimer(time.monotonic)
+        self._recheck = recheck_interval
+        self._kv = AsyncEtcdStore(
+            session.client,
+            prefix,
+            timeout=timeout.total_seconds(),
+            recheck_interval=recheck_interval,
+        )
         if not prefix.endswith(b"/"):
             raise ValueError(f"store prefix must end with '/': {prefix!r}")
         self._session = session
@@ -104,11 +118,19 @@ class EtcdStore(dist.Store):  # type: ignore[misc,name-defined]  # torch stubs l
         self._run(lambda: self._client.put(k, v), self._seconds(None))
 
     def get(self, key: str) -> bytes:
-        self.wait([key])
-        kv = self._run(lambda: self._client.get(self._key(key)), self._seconds(None))
-        if kv is None:  # deleted between the wait and the read
-            raise dist.DistStoreError(f"key {key!r} vanished from the store")
-        return bytes(kv.value)
+        return self.multi_get([key])[0]
+
+    def multi_get(self, keys: list[str]) -> list[bytes]:
+        """The values of ``keys``, waiting for missing ones: one range read and one watch,
+        whatever the number of keys (see ``AsyncEtcdStore.multi_get``)."""
+        seconds = self._seconds(None)
+        self._kv.timeout = seconds
+        try:
+            return self._run(lambda: self._kv.multi_get(keys), seconds)
+        except StoreTimeout as exc:
+            raise dist.DistStoreError(str(exc)) from exc
+        except RendezvousConnectionError as exc:
+            raise dist.DistStoreError(f"etcd unreachable while reading {keys[:3]}: {exc}") from exc
 
     def add(self, key: str, amount: int) -> int:
         k = self._key(key)
@@ -150,14 +172,21 @@ class EtcdStore(dist.Store):  # type: ignore[misc,name-defined]  # torch stubs l
         return self._run(lambda: self._all_exist(keys), self._seconds(None))[0]
 
     async def _all_exist(self, keys: Sequence[str]) -> tuple[bool, int]:
+        """Whether every key exists, and the revision that answer holds at (of the first
+        missing key's read). Chunked: etcd refuses transactions past ``--max-txn-ops`` (128)."""
         if not keys:
             response = await self._client.range(self._key("__none__"))
             return True, int(response.header.revision)
-        response = await self._client.txn(
-            [], [op_range(self._key(key), count_only=True) for key in keys]
-        )
-        ok = all(r.response_range.count > 0 for r in response.responses)
-        return ok, int(response.header.revision)
+        revision = 0
+        for start in range(0, len(keys), _TXN_RANGES):
+            chunk = keys[start : start + _TXN_RANGES]
+            response = await self._client.txn(
+                [], [op_range(self._key(key), count_only=True) for key in chunk]
+            )
+            revision = int(response.header.revision)
+            if not all(r.response_range.count > 0 for r in response.responses):
+                return False, revision
+        return True, revision
 
     def wait(self, keys: list[str], timeout: timedelta | None = None) -> None:
         seconds = self._seconds(timeout)
@@ -168,15 +197,14 @@ class EtcdStore(dist.Store):  # type: ignore[misc,name-defined]  # torch stubs l
                 ok, revision = await self._all_exist(keys)
                 if ok:
                     return
-                left = deadline - time.monotonic()
-                if left <= 0:
+                now = time.monotonic()
+                if now >= deadline:
                     break
+                # Bounded: a watch event that never comes costs one re-check, not the timeout.
                 end = prefix_end(self._prefix)
-                async with self._client.watch(
-                    self._prefix, end, start_revision=revision + 1
-                ) as watch:
-                    with contextlib.suppress(TimeoutError):
-                        await watch.next(left)
+                watch = first_events(self._client, self._prefix, end, revision, self._timer)
+                with contextlib.suppress(DeadlineReached):
+                    await until(self._timer, min(deadline, now + self._recheck), watch)
             raise dist.DistStoreError(
                 f"timed out after {seconds:g}s waiting for store keys {list(keys)} "
                 f"under {self._prefix.decode()!r}"

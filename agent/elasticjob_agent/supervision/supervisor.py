@@ -35,9 +35,9 @@ from elasticjob_agent.rendezvous import (
 from elasticjob_agent.rendezvous.role_info import (
     RankAssignment,
     RoleInfo,
-    assign_ranks,
     parse_master,
 )
+from elasticjob_agent.rendezvous.roles import exchange_roles
 from elasticjob_agent.supervision.restart_counter import Recorded
 from elasticjob_agent.supervision.restart_policy import (
     exit_for_closed,
@@ -49,7 +49,6 @@ from elasticjob_agent.supervision.worker_env import AgentKnobs, GroupContext, wo
 
 logger = logging.getLogger(__name__)
 
-_ROLE_KEY = "elasticjob/role_info/{}"
 _MASTER_KEY = "elasticjob/master"
 _EXIT_KEY = "elasticjob/exit/{}"
 _EXIT_BARRIER_TIMEOUT = 300.0
@@ -279,14 +278,9 @@ class Supervisor:
             return None
 
     def _exchange_roles(self, store: Any, group_rank: int, group_world: int) -> RankAssignment:
-        """torchrun's role-rank exchange, through the round's store (one key per node)."""
+        """torchrun's role-rank exchange through the round's store, O(1) requests per node."""
         mine = RoleInfo(self._s.role, group_rank, self._s.nproc_per_node)
-        store.set(_ROLE_KEY.format(group_rank), mine.encode())
-        infos = [
-            RoleInfo.decode(bytes(store.get(_ROLE_KEY.format(r))), _ROLE_KEY.format(r))
-            for r in range(group_world)
-        ]
-        return assign_ranks(infos)[group_rank]
+        return exchange_roles(store, mine, group_world)
 
     def _master(self, info: Any, group_rank: int) -> tuple[str, int]:
         bootstrap = getattr(info, "bootstrap_store_info", None)

@@ -123,3 +123,15 @@ def test_gloo_process_group_boots_on_the_store(
     for p, out in zip(procs, outputs, strict=True):
         assert p.returncode == 0, out[-3000:]
         assert "sum=6" in out, out[-3000:]
+
+
+def test_check_and_multi_get_of_more_keys_than_one_etcd_transaction_holds(
+    store: EtcdStore,
+) -> None:
+    keys = [f"many/{i:04d}" for i in range(300)]
+    for key in keys[:-1]:
+        store.set(key, key)
+    assert not store.check(keys)
+    store.set(keys[-1], keys[-1])
+    assert store.check(keys)
+    assert store.multi_get(keys) == [k.encode() for k in keys]

@@ -1,30 +1,39 @@
-"""A model of etcd as the rendezvous executor uses it, for driving ``decide`` in unit tests.
+"""A model of etcd for driving ``decide`` in unit tests: it interprets the transactions
+production sends.
 
-An in-memory fake at our own boundary: the same keys, compares and writes as
-``elasticjob_agent.rendezvous.executor.Executor.step`` (one atomic transaction per action), with
-revisions and leases. A completion freezes the joined keys of its round, which is what a
-historical read at ``completion revision - 1`` returns in etcd.
+An in-memory fake at our own boundary. Each action is turned into a ``Txn`` by the same pure
+builders the executor uses (``elasticjob_agent.rendezvous.transactions``); ``apply`` evaluates
+its compares on the model's keys (versions, mod revisions, values, leases) and applies its writes
+atomically at one new revision, as etcd does. The snapshot is read back from the same keys with
+the wire decoders. A completion freezes the joined keys of its round, which is what a historical
+read at ``completion revision - 1`` returns in etcd.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from elasticjob_agent.rendezvous import transactions
 from elasticjob_agent.rendezvous.state import (
     Action,
     Context,
-    Kind,
     Membership,
     Snapshot,
 )
+from elasticjob_agent.rendezvous.transactions import Compare, Delete, Put, Target, Txn
+from elasticjob_agent.rendezvous.wire import RendezvousKeys, decode_float, decode_int
+
+KEYS = RendezvousKeys("/model/run/rdzv")
+ADVERTISE = ("10.0.0.1", 29500)
 
 
 @dataclass
 class Entry:
-    value: object
+    value: bytes
     create: int
     mod: int
-    lease: int | None
+    version: int
+    lease: int
 
 
 @dataclass
@@ -38,10 +47,11 @@ class Completion:
 @dataclass
 class ModelEtcd:
     rev: int = 1
-    kv: dict[tuple[str, ...], Entry] = field(default_factory=dict)
+    kv: dict[bytes, Entry] = field(default_factory=dict)
     completions: dict[int, list[Completion]] = field(default_factory=dict)
     closed_at: int | None = None
     next_lease: int = 1
+    keys: RendezvousKeys = KEYS
 
     def grant(self) -> int:
         self.next_lease += 1
@@ -61,103 +71,103 @@ class ModelEtcd:
         self.completions.clear()
         self.closed_at = None
 
-    def _mod(self, key: tuple[str, ...]) -> int:
-        e = self.kv.get(key)
-        return e.mod if e else 0
+    # --- the interpreter ------------------------------------------------------------------
 
-    def _put(self, key: tuple[str, ...], value: object, lease: int | None = None) -> None:
-        old = self.kv.get(key)
-        self.kv[key] = Entry(value, old.create if old else self.rev, self.rev, lease)
+    def _holds(self, c: Compare) -> bool:
+        e = self.kv.get(c.key)
+        if c.target is Target.VERSION:
+            return (e.version if e else 0) == c.expected
+        if c.target is Target.MOD:
+            return (e.mod if e else 0) == c.expected
+        return e is not None and e.value == c.expected
+
+    def apply(self, txn: Txn, lease: int) -> bool:
+        """Evaluate ``txn`` as etcd would; ``lease`` is the sender's lease. True if it committed."""
+        if not all(self._holds(c) for c in txn.compare):
+            return False
+        if not txn.success:
+            return True
+        self.rev += 1
+        for w in txn.success:
+            if isinstance(w, Put):
+                self._on_put(w.key)
+                old = self.kv.get(w.key)
+                self.kv[w.key] = Entry(
+                    w.value,
+                    old.create if old else self.rev,
+                    self.rev,
+                    (old.version if old else 0) + 1,
+                    lease if w.on_lease else 0,
+                )
+            elif isinstance(w, Delete):
+                self.kv.pop(w.key, None)
+        return True
+
+    def _on_put(self, key: bytes) -> None:
+        """Record completions and the close for the invariant checks (before the write lands:
+        the members are the joined keys as of the revision before the completion)."""
+        k = self.keys
+        if key == k.closed and k.closed not in self.kv:
+            self.closed_at = self.rev
+        prefix = k.complete(0)[:-1]
+        if key.startswith(prefix):
+            p = int(key[len(prefix) :])
+            members = tuple(self.joined(p))
+            self.completions.setdefault(p, []).append(Completion(p, self.rev, members))
+
+    # --- reads ----------------------------------------------------------------------------
 
     def joined(self, p: int) -> list[str]:
-        return sorted(k[2] for k in self.kv if k[0] == "joined" and k[1] == str(p))
+        prefix = self.keys.joined_prefix(p)
+        return sorted(k[len(prefix) :].decode() for k in self.kv if k.startswith(prefix))
 
     def ctl_changed_since(self, revision: int) -> bool:
-        return any(k[0] == "ctl" and e.mod > revision for k, e in self.kv.items())
+        return any(k.startswith(self.keys.ctl) and e.mod > revision for k, e in self.kv.items())
 
     def snapshot(self, node: str, lease: int, max_nodes: int) -> Snapshot:
-        pointer = self.kv.get(("ctl", "round"))
-        p = int(pointer.value) if pointer else 0  # type: ignore[call-overload]
-        mine = self.kv.get(("joined", str(p), node))
-        last_call = self.kv.get(("last-call", str(p)))
-        complete = self.kv.get(("ctl", "complete", str(p)))
+        k = self.keys
+        pointer = self.kv.get(k.round)
+        p = decode_int(k.round, pointer.value, "round") if pointer else 0
+        mine = self.kv.get(k.joined(p, node))
+        last_call = self.kv.get(k.last_call(p))
+        complete = self.kv.get(k.complete(p))
         my_create = mine.create if mine and mine.lease == lease else 0
         membership = None
         if complete is not None:
+            decode_int(k.complete(p), complete.value, "round")
             (c,) = [c for c in self.completions[p] if c.revision == complete.create]
             world = min(len(c.members), max_nodes)
             rank = c.members.index(node) if my_create and node in c.members else max_nodes
             membership = Membership(rank, world, c.revision - 1, b"")
         return Snapshot(
             revision=self.rev,
-            closed=("ctl", "closed") in self.kv,
+            closed=k.closed in self.kv,
             round=p,
             round_mod=pointer.mod if pointer else 0,
             completed=complete is not None,
             joined=len(self.joined(p)),
             my_create=my_create,
-            last_call=float(last_call.value) if last_call else None,  # type: ignore[arg-type]
+            last_call=decode_float(k.last_call(p), last_call.value, "deadline")
+            if last_call
+            else None,
             last_call_mod=last_call.mod if last_call else 0,
-            waiting=("waiting", node) in self.kv,
+            waiting=k.waiting(node) in self.kv,
             membership=membership,
         )
 
-    def act(self, node: str, lease: int, snap: Snapshot, action: Action) -> bool:
-        """Apply ``action`` as the executor's transaction would; True if it committed."""
-        p = str(action.round)
-        closed = ("ctl", "closed") in self.kv
-        complete_key = ("ctl", "complete", p)
-        if action.kind is Kind.JOIN:
-            ok = (
-                not closed
-                and self._mod(("ctl", "round")) == action.fence
-                and complete_key not in self.kv
-            )
-            if ok:
-                self.rev += 1
-                self._put(("joined", p, node), node, lease)
-                self.kv.pop(("waiting", node), None)
-            return ok
-        if action.kind is Kind.BUMP:
-            ok = self._mod(("ctl", "round")) == action.fence and not closed
-            if ok:
-                self.rev += 1
-                self._put(("ctl", "round"), action.round + 1)
-                self.kv.pop(("joined", p, node), None)
-            return ok
-        if action.kind is Kind.LAST_CALL:
-            ok = complete_key not in self.kv
-            if ok:
-                self.rev += 1
-                self._put(("last-call", p), action.deadline)
-            return ok
-        if action.kind is Kind.COMPLETE:
-            ok = (
-                complete_key not in self.kv
-                and not closed
-                and self._mod(("ctl", "round")) == snap.round_mod
-                and self._mod(("last-call", p)) == action.fence
-            )
-            if ok:
-                members = tuple(self.joined(action.round))
-                self.rev += 1
-                self._put(complete_key, True)
-                self.completions.setdefault(action.round, []).append(
-                    Completion(action.round, self.rev, members)
-                )
-            return ok
-        if action.kind is Kind.WAIT_LIST:
-            self.rev += 1
-            self._put(("waiting", node), node, lease)
-            self.kv.pop(("joined", p, node), None)
-            return True
-        raise ValueError(f"not a transaction: {action.kind}")
+    # --- what the executor sends ----------------------------------------------------------
 
-    def close(self) -> None:
-        if ("ctl", "closed") not in self.kv:
-            self.rev += 1
-            self._put(("ctl", "closed"), True)
-            self.closed_at = self.rev
+    def act(self, node: str, lease: int, snap: Snapshot, action: Action) -> bool:
+        """Send the transaction of ``action`` as the executor would; True if it committed."""
+        txn = transactions.transaction(action, snap, self.keys, node, ADVERTISE)
+        return self.apply(txn, lease)
+
+    def join_blindly(self, node: str, lease: int, guess: int) -> bool:
+        """The first transaction of a fresh ``next_rendezvous()`` (no read before it)."""
+        return self.apply(transactions.blind_join(self.keys, node, guess, ADVERTISE), lease)
+
+    def close(self, node: str = "closer") -> None:
+        self.apply(transactions.close(self.keys, node), 0)
 
 
 def context(min_nodes: int, max_nodes: int, now: float, member_of: int | None = None) -> Context:

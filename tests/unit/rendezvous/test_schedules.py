@@ -1,4 +1,5 @@
-"""Randomized schedules: many nodes running ``decide`` against the etcd model, interleaved with
+"""Randomized schedules: many nodes running ``decide`` against the etcd model (which interprets
+the transactions production sends, ``rendezvous/transactions.py``), interleaved with
 joins, crashes at any point, restarts, late joiners, re-rendezvous, clock jumps, closes and etcd
 wipes. The invariants are checked after every single step; the run prints how many schedules
 and steps it checked. A failure names its seed: rerun with ``SEED=<n>``.
@@ -78,6 +79,9 @@ class Schedule:
     def step(self, node: Node) -> None:
         assert node.ctx is not None
         if node.snap is None:
+            if node.member_of is None:
+                # A fresh process joins round 0 blindly; a member re-rendezvousing reads first.
+                self.etcd.join_blindly(node.id, node.lease, 0)
             node.snap, node.epoch = self.etcd.snapshot(node.id, node.lease, self.max), self.epoch
             return
         snap, ctx = node.snap, node.ctx

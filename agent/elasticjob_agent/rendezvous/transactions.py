@@ -1,0 +1,162 @@
+"""The etcd transaction each rendezvous action sends, as plain data. Pure: no I/O, no client.
+
+``decide`` says what to do; ``transaction`` says exactly what etcd is asked: the compares, the
+writes if they hold, and which round's snapshot both branches read back. The executor turns a
+``Txn`` into an etcd request; the tests' model of etcd (tests/unit/rendezvous/model.py)
+interprets the same ``Txn``, so the randomized schedules check the transactions production
+sends, not a copy of them.
+
+Every compare is an equality (etcd's ``==``): on a key's version (0 = absent), its mod revision
+(0 = absent) or its value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from elasticjob_agent.rendezvous.state import Action, Kind, Snapshot
+from elasticjob_agent.rendezvous.wire import RendezvousKeys, encode
+
+
+class Target(StrEnum):
+    VERSION = "version"
+    MOD = "mod"
+    VALUE = "value"
+
+
+@dataclass(frozen=True)
+class Compare:
+    """``key``'s ``target`` equals ``expected``."""
+
+    key: bytes
+    target: Target
+    expected: int | bytes
+
+
+@dataclass(frozen=True)
+class Put:
+    key: bytes
+    value: bytes
+    on_lease: bool = False
+    """Attach the key to the node's lease (it vanishes when the node does)."""
+
+
+@dataclass(frozen=True)
+class Delete:
+    key: bytes
+
+
+Write = Put | Delete
+
+
+@dataclass(frozen=True)
+class Txn:
+    """If every compare holds, apply ``success`` (atomically, at one new revision); either way,
+    read back the snapshot of round ``then_read``."""
+
+    compare: tuple[Compare, ...]
+    success: tuple[Write, ...]
+    then_read: int
+
+
+def _version(key: bytes, expected: int) -> Compare:
+    return Compare(key, Target.VERSION, expected)
+
+
+def _mod(key: bytes, expected: int) -> Compare:
+    return Compare(key, Target.MOD, expected)
+
+
+def _join_writes(
+    keys: RendezvousKeys, p: int, node: str, advertise: tuple[str, int] | None
+) -> tuple[Write, ...]:
+    if advertise is None:
+        raise ValueError("a join needs the address the node advertises")
+    addr, port = advertise
+    return (
+        Put(keys.joined(p, node), encode(node=node, addr=addr, port=port), on_lease=True),
+        Delete(keys.waiting(node)),
+    )
+
+
+def transaction(
+    action: Action,
+    snap: Snapshot,
+    keys: RendezvousKeys,
+    node: str,
+    advertise: tuple[str, int] | None = None,
+) -> Txn:
+    """The transaction that performs ``action``, decided on ``snap``, for ``node``.
+
+    ``advertise`` is the (address, port) the node offers as the round's master if it becomes
+    rank 0 (written with its join; only a join needs it). ``ValueError`` for actions that are
+    not transactions (``WAIT``, ``FINISH``, ``CLOSED``, ``TIMEOUT``).
+    """
+    p, k = action.round, keys
+    if action.kind is Kind.JOIN:
+        return Txn(
+            (_version(k.closed, 0), _mod(k.round, action.fence), _version(k.complete(p), 0)),
+            _join_writes(k, p, node, advertise),
+            p,
+        )
+    if action.kind is Kind.BUMP:
+        return Txn(
+            (_mod(k.round, action.fence), _version(k.closed, 0)),
+            (Put(k.round, encode(round=p + 1)), Delete(k.joined(p, node))),
+            p + 1,
+        )
+    if action.kind is Kind.LAST_CALL:
+        if action.deadline is None:
+            raise ValueError("a last-call action needs a deadline")
+        return Txn(
+            (_version(k.complete(p), 0),),
+            (Put(k.last_call(p), encode(deadline=action.deadline)),),
+            p,
+        )
+    if action.kind is Kind.COMPLETE:
+        return Txn(
+            (
+                _version(k.complete(p), 0),
+                _version(k.closed, 0),
+                _mod(k.round, snap.round_mod),
+                _mod(k.last_call(p), action.fence),
+            ),
+            (Put(k.complete(p), encode(round=p)),),
+            p,
+        )
+    if action.kind is Kind.WAIT_LIST:
+        return Txn(
+            (),
+            (Put(k.waiting(node), encode(node=node), on_lease=True), Delete(k.joined(p, node))),
+            p,
+        )
+    raise ValueError(f"{action.kind.value} is not a transaction")
+
+
+def blind_join(
+    keys: RendezvousKeys, node: str, guess: int, advertise: tuple[str, int] | None
+) -> Txn:
+    """What a fresh ``next_rendezvous()`` sends first, without reading: join round ``guess`` if
+    it is the current round (compared by value: the pointer's mod revision is not known yet),
+    open and not closed. Not for a member of ``guess``, which must bump the round instead."""
+    pointer_is_guess = (
+        _version(keys.round, 0)
+        if guess == 0
+        else Compare(keys.round, Target.VALUE, encode(round=guess))
+    )
+    return Txn(
+        (_version(keys.closed, 0), pointer_is_guess, _version(keys.complete(guess), 0)),
+        _join_writes(keys, guess, node, advertise),
+        guess,
+    )
+
+
+def close(keys: RendezvousKeys, node: str) -> Txn:
+    """``set_closed()``: create the closed flag once (final)."""
+    return Txn((_version(keys.closed, 0),), (Put(keys.closed, encode(by=node)),), 0)
+
+
+def leave(keys: RendezvousKeys, node: str, p: int) -> Txn:
+    """On a join timeout: drop this node's joined key of round ``p`` and its wait-list key."""
+    return Txn((), (Delete(keys.joined(p, node)), Delete(keys.waiting(node))), p)

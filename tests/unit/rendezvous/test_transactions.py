@@ -1,0 +1,70 @@
+"""The transactions as data: what each action compares and writes (the schedules test the rest)."""
+
+from __future__ import annotations
+
+import pytest
+from elasticjob_agent.rendezvous import transactions
+from elasticjob_agent.rendezvous.state import Action, Kind, Snapshot
+from elasticjob_agent.rendezvous.transactions import Compare, Delete, Put, Target
+from elasticjob_agent.rendezvous.wire import RendezvousKeys, encode
+
+K = RendezvousKeys("/t/run/rdzv")
+SNAP = Snapshot(
+    revision=10,
+    closed=False,
+    round=3,
+    round_mod=7,
+    completed=False,
+    joined=2,
+    my_create=9,
+    last_call=None,
+    last_call_mod=8,
+    waiting=False,
+)
+
+
+def test_a_join_is_fenced_on_the_pointer_and_puts_our_key_on_our_lease() -> None:
+    txn = transactions.transaction(Action(Kind.JOIN, 3, fence=7), SNAP, K, "n1", ("a", 1))
+    assert Compare(K.round, Target.MOD, 7) in txn.compare
+    assert Compare(K.complete(3), Target.VERSION, 0) in txn.compare
+    assert txn.success == (
+        Put(K.joined(3, "n1"), encode(node="n1", addr="a", port=1), on_lease=True),
+        Delete(K.waiting("n1")),
+    )
+    assert txn.then_read == 3
+
+
+def test_a_completion_is_create_only_and_fenced_on_pointer_and_last_call() -> None:
+    txn = transactions.transaction(Action(Kind.COMPLETE, 3, fence=8), SNAP, K, "n1")
+    assert set(txn.compare) == {
+        Compare(K.complete(3), Target.VERSION, 0),
+        Compare(K.closed, Target.VERSION, 0),
+        Compare(K.round, Target.MOD, 7),
+        Compare(K.last_call(3), Target.MOD, 8),
+    }
+    assert txn.success == (Put(K.complete(3), encode(round=3)),)
+
+
+def test_a_bump_reads_the_next_round() -> None:
+    txn = transactions.transaction(Action(Kind.BUMP, 3, fence=7), SNAP, K, "n1")
+    assert txn.then_read == 4
+    assert Put(K.round, encode(round=4)) in txn.success
+
+
+def test_a_blind_join_compares_the_pointer_by_value() -> None:
+    assert (
+        Compare(K.round, Target.VERSION, 0) in transactions.blind_join(K, "n", 0, ("a", 1)).compare
+    )
+    later = transactions.blind_join(K, "n", 5, ("a", 1))
+    assert Compare(K.round, Target.VALUE, encode(round=5)) in later.compare
+
+
+@pytest.mark.parametrize("kind", [Kind.WAIT, Kind.FINISH, Kind.CLOSED, Kind.TIMEOUT])
+def test_actions_that_are_not_transactions_are_refused(kind: Kind) -> None:
+    with pytest.raises(ValueError, match="not a transaction"):
+        transactions.transaction(Action(kind, 3, deadline=1.0), SNAP, K, "n1")
+
+
+def test_a_join_without_an_address_is_refused() -> None:
+    with pytest.raises(ValueError, match="advertises"):
+        transactions.transaction(Action(Kind.JOIN, 3, fence=7), SNAP, K, "n1")

@@ -113,10 +113,7 @@ def decode_table(raw: bytes, group_world: int, key: str = TABLE_KEY) -> tuple[Ru
 def decode_role(key: str, raw: bytes, rank: int) -> RoleInfo:
     """Node ``rank``'s role info; ``RendezvousStateError`` naming ``key`` if it is malformed or
     claims another rank."""
-    try:
-        info = RoleInfo.decode(raw)
-    except ValueError as exc:
-        raise _bad(key, str(exc)) from exc
+    info = RoleInfo.decode(raw, key)  # names the key itself when malformed
     if info.group_rank != rank:
         raise _bad(key, f"written for group rank {info.group_rank}, expected {rank}")
     if not 0 < len(info.role) <= MAX_ROLE_LENGTH:

@@ -155,13 +155,26 @@ def build_etcd_pod(job: JobRef, spec: JobSpec, generation: int) -> dict[str, Any
             "--listen-peer-urls=http://127.0.0.1:2380",
             "--initial-advertise-peer-urls=http://127.0.0.1:2380",
             f"--initial-cluster={name}=http://127.0.0.1:2380",
+            f"--listen-metrics-urls=http://0.0.0.0:{names.ETCD_METRICS_PORT}",
         ],
         "env": [
             {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
             {"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
         ],
-        "ports": [{"name": "client", "containerPort": names.ETCD_CLIENT_PORT, "protocol": "TCP"}],
+        "ports": [
+            {"name": "client", "containerPort": names.ETCD_CLIENT_PORT, "protocol": "TCP"},
+            {"name": "metrics", "containerPort": names.ETCD_METRICS_PORT, "protocol": "TCP"},
+        ],
         "volumeMounts": [{"name": "data", "mountPath": ETCD_DATA_ROOT}],
+        # A second witness of readiness besides the operator's own probe (planning trusts
+        # either). Informational only: the Service publishes not-ready addresses, so a probe
+        # that flakes under load never takes etcd away from the agents.
+        "readinessProbe": {
+            "httpGet": {"path": "/health", "port": names.ETCD_METRICS_PORT},
+            "periodSeconds": 2,
+            "timeoutSeconds": 5,
+            "failureThreshold": 3,
+        },
     }
     if spec.etcd.resources:
         container["resources"] = copy.deepcopy(dict(spec.etcd.resources))
@@ -198,6 +211,7 @@ def build_etcd_service(job: JobRef) -> dict[str, Any]:
         },
         "spec": {
             "selector": names.etcd_selector(job.name),
+            "publishNotReadyAddresses": True,
             "ports": [
                 {
                     "name": "client",

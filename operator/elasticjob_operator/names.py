@@ -29,6 +29,8 @@ ROLE_WORKER = "worker"
 ROLE_ETCD = "etcd"
 
 ETCD_CLIENT_PORT = 2379
+ETCD_METRICS_PORT = 2381
+"""Plain-HTTP ``/health`` and ``/metrics`` of the managed etcd (its readiness probe)."""
 HEALTH_PORT_NAME = "health"
 
 _POD_NAME = re.compile(r"^(?P<job>.+)-worker-(?P<index>\d+)-(?P<attempt>\d+)$")

@@ -47,6 +47,8 @@ class PodView:
     evicted: bool = False
     joined: bool = False
     """Its agent was seen in a completed round (annotation ``names.ANNOTATION_JOINED``)."""
+    ready: bool = False
+    """The kubelet reports the pod ``Ready`` (for etcd: its readiness probe on ``/health``)."""
 
     @property
     def terminal(self) -> bool:
@@ -91,7 +93,10 @@ def pod_view(pod: Mapping[str, Any]) -> PodView | None:
     except ValueError:
         phase = PodPhase.UNKNOWN
     unschedulable = None
+    ready = False
     for cond in status.get("conditions") or []:
+        if cond.get("type") == "Ready":
+            ready = cond.get("status") == "True"
         if (
             cond.get("type") == "PodScheduled"
             and cond.get("status") == "False"
@@ -114,6 +119,7 @@ def pod_view(pod: Mapping[str, Any]) -> PodView | None:
         finished_at=finished_at,
         evicted=status.get("reason") == "Evicted",
         joined=names.ANNOTATION_JOINED in (meta.get("annotations") or {}),
+        ready=ready and phase is PodPhase.RUNNING,
     )
 
 

@@ -122,7 +122,10 @@ def _etcd_stall(
             f"managed etcd was lost; generation {etcd.recreated_generation} is starting{tail}",
         )
     since = etcd.unreachable_since
-    if since is not None:
+    # An agent or the kubelet that reaches etcd outweighs the operator's failing probe (the
+    # operator's network path, or the operator itself under load, may be what fails).
+    vouched = any(r.etcd.reachable for r in reports) or (etcd.pod is not None and etcd.pod.ready)
+    if since is not None and not vouched:
         grace = settings.etcd_unavailable_after if etcd.ever_ready else settings.etcd_startup_grace
         if now - since >= grace:
             return Stall(

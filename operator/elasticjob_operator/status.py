@@ -43,7 +43,10 @@ class EtcdState:
     generation: int = 0
     """Generation of the current managed etcd pod (bumped on every recreation)."""
     ready_generation: int = -1
-    """Last generation the operator reached at least once."""
+    """Last generation known to have been up: the operator's probe reached it, the kubelet's
+    readiness probe passed, or (generation 0) a worker group ran on it. Only a generation that
+    was up is replaced when it becomes unreachable; one that never came up gets a start-up
+    grace instead."""
     seeded_generation: int = 0
     """Last generation that received the restart seed (generation 0 starts empty: no seed)."""
     unreachable_since: float | None = None

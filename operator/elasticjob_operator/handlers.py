@@ -13,10 +13,9 @@ import time
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
-import aiohttp
 import kopf
 
-from . import metrics, names
+from . import metrics, names, probes
 from .kube import Kube, KubeError, PermanentKubeError
 from .manifests import JobRef
 from .observed import node_lost, pod_view
@@ -59,7 +58,7 @@ async def startup(*, settings: kopf.OperatorSettings, memo: Any, **_: Any) -> No
     settings.scanning.disabled = True  # no CRD watching: RBAC needs no customresourcedefinitions
     memo.settings = ours
     memo.kube = await Kube.connect()
-    memo.session = aiohttp.ClientSession()
+    memo.session = probes.new_session()
     metrics.serve(ours.metrics_port)
     log.info("elasticjob-operator started: %s", ours)
 

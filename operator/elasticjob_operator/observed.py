@@ -63,6 +63,8 @@ class Observed:
     etcd_pods: tuple[PodView, ...] = ()
     reports: Mapping[str, HealthReport] = field(default_factory=dict)
     """Health reports by worker pod name (only pods that answered with a valid report)."""
+    invalid_reports: Mapping[str, str] = field(default_factory=dict)
+    """Why a pod's answer was refused as a health report, by pod name (untrusted input)."""
     lost_nodes: frozenset[str] = frozenset()
     """Nodes whose ``Ready`` condition is not True, or that no longer exist."""
     etcd_reachable: bool | None = None

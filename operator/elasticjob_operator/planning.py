@@ -16,7 +16,7 @@ from elasticjob_agent.protocol.exit_codes import ExitCode
 from elasticjob_agent.protocol.health import AgentState, HealthReport
 from elasticjob_agent.protocol.keys import JobKeys
 
-from . import manifests, names, restarts
+from . import manifests, names, restarts, seeding
 from .conditions import ConditionType, set_condition
 from .observed import Observed, PodPhase, PodView
 from .spec import CleanPodPolicy, EtcdMode, JobSpec
@@ -50,8 +50,8 @@ class WriteSeed:
     """Write the restart seed into a recreated etcd, then record ``seededGeneration``."""
 
     endpoint: str
-    key: str
-    value: str
+    keys: seeding.SeedKeys
+    seed: Mapping[str, int]
     generation: int
 
 
@@ -137,6 +137,7 @@ def plan(
         return draft.freeze()
 
     _merge_reports(draft, observed)
+    _note_invalid_reports(draft, observed)
     _mark_joined(draft, observed)
 
     failure = _terminal_failure(spec, draft.status, workers, now)
@@ -227,6 +228,33 @@ def _merge_reports(draft: _Draft, observed: Observed) -> None:
                 f"{restarts.total(merged)}, failures {restarts.failures(merged)}",
             )
     draft.status = draft.status.evolve(restarts=merged)
+
+
+MAX_INVALID_REPORTS = 16
+"""Pods listed in ``status.invalidReports`` at most (the status stays small whatever pods send)."""
+MAX_REASON_CHARS = 200
+
+
+def _note_invalid_reports(draft: _Draft, observed: Observed) -> None:
+    """List pods whose answer was refused (untrusted input), with an Event when one turns bad.
+
+    A pod that did not answer at all in this step keeps its entry (no news); one that answered
+    with a valid report, or is gone, loses it.
+    """
+    alive = {p.name for p in observed.workers}
+    before = draft.status.invalid_reports
+    now = {
+        pod: reason
+        for pod, reason in before.items()
+        if pod in alive and pod not in observed.reports and pod not in observed.invalid_reports
+    }
+    for pod, reason in observed.invalid_reports.items():
+        now[pod] = reason[:MAX_REASON_CHARS]
+    kept = dict(sorted(now.items())[:MAX_INVALID_REPORTS])
+    for pod, reason in kept.items():
+        if before.get(pod) != reason:
+            draft.event("Warning", "InvalidHealthReport", f"pod {pod}: {reason}")
+    draft.status = draft.status.evolve(invalid_reports=kept)
 
 
 def _mark_joined(draft: _Draft, observed: Observed) -> None:
@@ -510,8 +538,8 @@ def _manage_etcd(
         draft.actions.append(
             WriteSeed(
                 f"{current.ip}:{names.ETCD_CLIENT_PORT}",
-                keys.restart_seed,
-                restarts.seed_json(draft.status.restarts),
+                seeding.SeedKeys.of(keys),
+                restarts.seed_counts(draft.status.restarts),
                 state.generation,
             )
         )

@@ -137,7 +137,9 @@ class JobLoop:
                     job.namespace, action.pod, {names.ANNOTATION_JOINED: str(action.round)}
                 )
             elif isinstance(action, planning.WriteSeed):
-                if await probes.write_seed(action.endpoint, action.key, action.value):
+                if await probes.write_seed(
+                    self._session, action.endpoint, action.keys, action.seed
+                ):
                     etcd = new_status.etcd
                     new_status = new_status.evolve(
                         etcd=type(etcd)(
@@ -152,7 +154,7 @@ class JobLoop:
                         job.namespace,
                         job.name,
                         action.generation,
-                        action.value,
+                        dict(action.seed),
                     )
             elif isinstance(action, planning.DeleteJob):
                 await self._kube.delete_job(job)
@@ -196,6 +198,7 @@ class JobLoop:
             if current is not None and current.ip and current.phase is PodPhase.RUNNING:
                 endpoints = [f"{current.ip}:{names.ETCD_CLIENT_PORT}"]
         reports_task = probes.fetch_reports(self._session, targets, timeout)
+        reports: probes.Reports
         if endpoints:
             reports, reachable = await asyncio.gather(
                 reports_task, probes.probe_etcd(self._session, endpoints, timeout)
@@ -210,7 +213,8 @@ class JobLoop:
         return Observed(
             workers=workers,
             etcd_pods=etcd_pods,
-            reports=reports,
+            reports=reports.valid,
+            invalid_reports=reports.invalid,
             lost_nodes=lost_nodes,
             etcd_reachable=etcd_reachable,
         )

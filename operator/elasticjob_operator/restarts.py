@@ -67,10 +67,12 @@ def budget_spent(counts: Mapping[str, int], max_restarts: int) -> bool:
     return failures(counts) > max_restarts
 
 
+def seed_counts(counts: Mapping[str, int]) -> dict[str, int]:
+    """What goes into a recreated etcd: only the reasons agents know, and only non-zero ones."""
+    known = {r.value for r in RestartReason}
+    return {k: v for k, v in sorted(counts.items()) if k in known and v > 0}
+
+
 def seed_json(counts: Mapping[str, int]) -> str:
     """The ``restart-seed`` value (docs/contracts.md): only the reasons agents know."""
-    known = {r.value for r in RestartReason}
-    return json.dumps(
-        {"byReason": {k: v for k, v in sorted(counts.items()) if k in known and v > 0}},
-        sort_keys=True,
-    )
+    return json.dumps({"byReason": seed_counts(counts)}, sort_keys=True)

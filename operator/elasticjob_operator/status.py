@@ -74,6 +74,8 @@ class JobStatus:
     stall: StallState | None = None
     rendezvous_waiting_since: float | None = None
     last_rendezvous_seconds: float | None = None
+    invalid_reports: Mapping[str, str] = field(default_factory=dict)
+    """Pods whose last answer was not a valid health report, with the reason (bounded)."""
 
     def evolve(self, **changes: Any) -> JobStatus:
         return replace(self, **changes)
@@ -118,6 +120,10 @@ class JobStatus:
                 "waitingSince": _time(self.rendezvous_waiting_since),
                 "lastDurationSeconds": self.last_rendezvous_seconds,
             },
+            "invalidReports": [
+                {"pod": pod, "reason": reason}
+                for pod, reason in sorted(self.invalid_reports.items())
+            ],
         }
 
     @classmethod
@@ -166,6 +172,11 @@ class JobStatus:
             ),
             rendezvous_waiting_since=parse_time(rdzv.get("waitingSince")),
             last_rendezvous_seconds=_float(rdzv.get("lastDurationSeconds")),
+            invalid_reports={
+                str(r["pod"]): str(r.get("reason") or "")
+                for r in data.get("invalidReports") or []
+                if isinstance(r, Mapping) and r.get("pod")
+            },
         )
 
 

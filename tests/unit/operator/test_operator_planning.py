@@ -439,3 +439,38 @@ def test_a_recreated_etcd_is_not_recreated_again_on_stale_agent_reports() -> Non
     for t in (5, 8, 12, 20):
         status = step(cluster, status, spec, T0 + t, etcd_reachable=False, reports=running).status
     assert status.etcd.generation == 1
+
+
+def test_an_invalid_report_is_listed_with_its_reason_and_an_event_once() -> None:
+    cluster = Cluster()
+    spec = job_spec()
+    status = _started(cluster)
+    bad = {"demo-worker-1-0": "health report contains NaN, which JSON does not allow"}
+    good = {"demo-worker-0-0": report("demo-worker-0-0")}
+    first = step(
+        cluster, status, spec, T0 + 2, etcd_reachable=True, reports=good, invalid_reports=bad
+    )
+    assert first.status.invalid_reports == bad
+    assert first.status.to_json()["invalidReports"] == [
+        {"pod": "demo-worker-1-0", "reason": bad["demo-worker-1-0"]}
+    ]
+    assert [e.reason for e in first.events].count("InvalidHealthReport") == 1
+    # No answer at all next time: kept, no new Event.
+    quiet = step(cluster, first.status, spec, T0 + 4, etcd_reachable=True, reports=good)
+    assert quiet.status.invalid_reports == bad
+    assert "InvalidHealthReport" not in [e.reason for e in quiet.events]
+    # A valid report clears it.
+    both = {**good, "demo-worker-1-0": report("demo-worker-1-0")}
+    fixed = step(cluster, quiet.status, spec, T0 + 6, etcd_reachable=True, reports=both)
+    assert fixed.status.invalid_reports == {}
+
+
+def test_invalid_reports_in_status_stay_bounded() -> None:
+    cluster = Cluster()
+    spec = job_spec(replicas=40, maxNodes=40)
+    status = step(cluster, JobStatus(), spec, T0).status
+    cluster.run_all()
+    bad = {p.name: "x" * 10_000 for p in cluster.workers()}
+    result = step(cluster, status, spec, T0 + 1, etcd_reachable=True, invalid_reports=bad)
+    assert len(result.status.invalid_reports) == planning.MAX_INVALID_REPORTS
+    assert all(len(r) == planning.MAX_REASON_CHARS for r in result.status.invalid_reports.values())

@@ -130,7 +130,8 @@ async def reconcile_job(
     loop = JobLoop(memo.kube, memo.session, job, settings.loop)
     wake = _wakeups.setdefault((namespace, name), asyncio.Event())
     stored = await memo.kube.get_job(namespace, name)
-    loop.adopt((stored or {}).get("status"))
+    loop.adopt(stored)
+    logger.info("reconcile loop started for %s/%s (uid %s)", namespace, name, uid)
     failed_spec_generation: int | None = None
     backoff = settings.loop.interval
     try:

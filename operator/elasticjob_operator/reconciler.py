@@ -17,12 +17,15 @@ from typing import Any
 import aiohttp
 
 from . import metrics, names, planning, probes
-from .kube import Kube, KubeError
+from .kube import ConflictKubeError, Kube, KubeError
 from .manifests import JobRef, owned_by
 from .observed import Observed, PodPhase, PodView
 from .spec import EtcdMode, JobSpec, SpecError, parse_spec
 from .stall import StallSettings
-from .status import JobStatus, Phase
+from .status import JobStatus, Phase, never_lower
+
+WRITE_ATTEMPTS = 4
+"""Status writes tried per step when the job keeps changing under us (409 each time)."""
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +76,8 @@ class JobLoop:
         self._clock = clock
         self._written: JobStatus | None = None
         self._written_json: dict[str, Any] | None = None
+        self._resource_version: str | None = None
+        """The job's ``resourceVersion`` our next status write expects."""
 
     async def step(
         self,
@@ -105,7 +110,9 @@ class JobLoop:
         job = self._job
         spec = parse_spec(body.get("spec") or {})
         stored = JobStatus.from_json(body.get("status"))
-        status = self._written if self._written is not None else stored
+        status = never_lower(self._written, stored) if self._written is not None else stored
+        if self._resource_version is None:
+            self._resource_version = (body.get("metadata") or {}).get("resourceVersion")
         generation = int((body.get("metadata") or {}).get("generation") or 0)
 
         views = [p.view for p in pods if p.owner_uid == job.uid]
@@ -125,7 +132,7 @@ class JobLoop:
         )
         new_status = plan.status
         if plan.commit_first:
-            await self._write_status(new_status)
+            new_status = await self._write_status(new_status)
         delete_requested = False
         for action in plan.actions:
             if isinstance(action, planning.CreateObject):
@@ -159,7 +166,7 @@ class JobLoop:
             elif isinstance(action, planning.DeleteJob):
                 await self._kube.delete_job(job)
                 delete_requested = True
-        await self._write_status(new_status)
+        new_status = await self._write_status(new_status)
         for event in plan.events:
             try:
                 await self._kube.post_event(job, event.type, event.reason, event.message, now)
@@ -219,24 +226,44 @@ class JobLoop:
             etcd_reachable=etcd_reachable,
         )
 
-    async def _write_status(self, status: JobStatus) -> None:
+    async def _write_status(self, status: JobStatus) -> JobStatus:
+        """Write ``status`` guarded by ``resourceVersion``; on a conflict re-read the job, raise
+        our counters to the stored ones (``never_lower``) and try again. Returns what was
+        written (``status`` itself unless a conflict merged something in)."""
+        job = self._job
         data = status.to_json()
         if data == self._written_json:
-            return
-        await self._kube.patch_job_status(self._job, data)
-        self._written = status
-        self._written_json = data
+            return status
+        for _ in range(WRITE_ATTEMPTS):
+            try:
+                version = await self._kube.patch_job_status(job, data, self._resource_version)
+            except ConflictKubeError:
+                stored = await self._kube.get_job(job.namespace, job.name)
+                meta = (stored or {}).get("metadata") or {}
+                if stored is None or meta.get("uid") != job.uid:
+                    raise KubeError(f"job {job.namespace}/{job.name} is gone") from None
+                self._resource_version = meta.get("resourceVersion")
+                status = never_lower(status, JobStatus.from_json(stored.get("status")))
+                data = status.to_json()
+                continue
+            self._resource_version = version
+            self._written = status
+            self._written_json = data
+            return status
+        raise KubeError(f"status of {job.namespace}/{job.name}: conflicts on every attempt")
 
     def forget_written(self) -> None:
         """Re-read the status from the body on the next step (after an error)."""
         self._written = None
         self._written_json = None
+        self._resource_version = None
 
-    def adopt(self, stored: Mapping[str, Any] | None) -> None:
-        """Start from the stored status (read fresh when the loop starts)."""
-        status = JobStatus.from_json(stored)
+    def adopt(self, job: Mapping[str, Any] | None) -> None:
+        """Start from the stored job (read fresh when the loop starts)."""
+        status = JobStatus.from_json((job or {}).get("status"))
         self._written = status
         self._written_json = status.to_json()
+        self._resource_version = ((job or {}).get("metadata") or {}).get("resourceVersion")
 
 
 def owned_pod(body: Mapping[str, Any], view: PodView) -> OwnedPod | None:

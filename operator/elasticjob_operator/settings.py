@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import os
+import socket
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from . import leadership
 from .reconciler import LoopSettings
 from .stall import StallSettings
 
@@ -27,6 +31,18 @@ class OperatorSettings:
     loop: LoopSettings = field(default_factory=LoopSettings)
     """Reconcile interval (``ELASTICJOB_INTERVAL_SECONDS``) and stall thresholds
     (``ELASTICJOB_ETCD_UNAVAILABLE_AFTER_SECONDS``, ``ELASTICJOB_WAITING_AFTER_SECONDS``)."""
+    leader_election: bool = True
+    """Act only while holding the Lease (``ELASTICJOB_LEADER_ELECTION``, ``false`` turns it off:
+    then nothing stops a second operator from acting too)."""
+    lease_namespace: str = "default"
+    """Namespace of the Lease (``ELASTICJOB_LEASE_NAMESPACE``, else ``POD_NAMESPACE``)."""
+    lease_name: str = "elasticjob-operator"
+    """Name of the Lease (``ELASTICJOB_LEASE_NAME``); operators sharing it elect one leader."""
+    identity: str = ""
+    """This process in the Lease (``POD_NAME``, else host name; a random suffix is added)."""
+    lease: leadership.LeaseTimings = field(default_factory=leadership.LeaseTimings)
+    """``ELASTICJOB_LEASE_DURATION_SECONDS``, ``ELASTICJOB_LEASE_RENEW_DEADLINE_SECONDS``,
+    ``ELASTICJOB_LEASE_RETRY_PERIOD_SECONDS``."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> OperatorSettings:
@@ -52,7 +68,36 @@ class OperatorSettings:
             loop=LoopSettings(
                 interval=_number(env, "ELASTICJOB_INTERVAL_SECONDS", 2.0), stall=stall
             ),
+            leader_election=_flag(env, "ELASTICJOB_LEADER_ELECTION", True),
+            lease_namespace=env.get("ELASTICJOB_LEASE_NAMESPACE")
+            or env.get("POD_NAMESPACE")
+            or "default",
+            lease_name=env.get("ELASTICJOB_LEASE_NAME") or "elasticjob-operator",
+            identity=f"{env.get('POD_NAME') or socket.gethostname()}_{uuid.uuid4().hex[:8]}",
+            lease=_timings(env),
         )
+
+
+def _timings(env: Mapping[str, str]) -> leadership.LeaseTimings:
+    try:
+        return leadership.LeaseTimings(
+            duration=_number(env, "ELASTICJOB_LEASE_DURATION_SECONDS", 15.0),
+            renew_deadline=_number(env, "ELASTICJOB_LEASE_RENEW_DEADLINE_SECONDS", 10.0),
+            retry_period=_number(env, "ELASTICJOB_LEASE_RETRY_PERIOD_SECONDS", 2.0),
+        )
+    except leadership.SettingsError as exc:
+        raise SettingsError(str(exc)) from None
+
+
+def _flag(env: Mapping[str, str], key: str, default: bool) -> bool:
+    raw = env.get(key, "").strip().lower()
+    if not raw:
+        return default
+    if raw in ("true", "1", "yes"):
+        return True
+    if raw in ("false", "0", "no"):
+        return False
+    raise SettingsError(f"{key} must be true or false, got {raw!r}")
 
 
 def _number(env: Mapping[str, str], key: str, default: float) -> float:
@@ -63,6 +108,8 @@ def _number(env: Mapping[str, str], key: str, default: float) -> float:
         value = float(raw)
     except ValueError:
         raise SettingsError(f"{key} must be a number, got {raw!r}") from None
+    if not math.isfinite(value):
+        raise SettingsError(f"{key} must be a finite number, got {raw!r}")
     if value < 0:
         raise SettingsError(f"{key} must not be negative, got {raw!r}")
     return value

@@ -194,3 +194,35 @@ def _float(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value)
+
+
+def never_lower(ours: JobStatus, theirs: JobStatus) -> JobStatus:
+    """``ours`` with every counter raised to at least the value in ``theirs`` (a status read back
+    from the API server after a write conflict, or the stored one at the start of a step).
+
+    Restart counts per reason, pod attempts per index and the etcd generations only ever grow,
+    whoever wrote them; a finished job stays finished. This is what keeps counts from going down
+    when two writers (a lost status write, a second operator) disagree.
+    """
+    if theirs.phase.finished and not ours.phase.finished:
+        ours = replace(
+            ours,
+            phase=theirs.phase,
+            reason=theirs.reason,
+            message=theirs.message,
+            conditions=theirs.conditions,
+            completion_time=theirs.completion_time,
+        )
+    counts = dict(ours.restarts)
+    for reason, value in theirs.restarts.items():
+        counts[reason] = max(counts.get(reason, 0), value)
+    attempts = dict(ours.attempts)
+    for index, value in theirs.attempts.items():
+        attempts[index] = max(attempts.get(index, 0), value)
+    etcd = EtcdState(
+        generation=max(ours.etcd.generation, theirs.etcd.generation),
+        ready_generation=max(ours.etcd.ready_generation, theirs.etcd.ready_generation),
+        seeded_generation=max(ours.etcd.seeded_generation, theirs.etcd.seeded_generation),
+        unreachable_since=ours.etcd.unreachable_since,
+    )
+    return replace(ours, restarts=counts, attempts=attempts, etcd=etcd)

@@ -63,6 +63,12 @@ class OperatorProcess:
             "ELASTICJOB_METRICS_PORT": str(self.metrics_port),
             "ELASTICJOB_HEALTH_PORT": str(self.health_port),
             "PYTHONUNBUFFERED": "1",
+            # The chart's Lease (its Role allows this name only), with short timings for tests.
+            "ELASTICJOB_LEASE_NAMESPACE": SYSTEM_NS,
+            "ELASTICJOB_LEASE_NAME": SERVICE_ACCOUNT,
+            "ELASTICJOB_LEASE_DURATION_SECONDS": "6",
+            "ELASTICJOB_LEASE_RENEW_DEADLINE_SECONDS": "4",
+            "ELASTICJOB_LEASE_RETRY_PERIOD_SECONDS": "1",
         }
         env.pop("KUBERNETES_SERVICE_HOST", None)
         args = [str(REPO / ".venv" / "bin" / "elasticjob-operator")]

@@ -190,3 +190,19 @@ def test_no_rbac_objects_when_rbac_is_off() -> None:
     docs = render({"rbac.create": "false"})
     kinds = {d["kind"] for d in docs}
     assert not kinds & {"Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}
+
+
+def test_leader_election_may_touch_only_its_own_lease() -> None:
+    for values in (CLUSTER_WIDE, NAMESPACED):
+        docs = render(values)
+        roles = [r for r in of_kind(docs, "Role") if r["metadata"]["name"].endswith("-election")]
+        assert len(roles) == 1 and roles[0]["metadata"]["namespace"] == NAMESPACE
+        named, create = roles[0]["rules"]
+        lease = _env(operator_container(docs))["ELASTICJOB_LEASE_NAME"]
+        assert named == {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": [lease],
+            "verbs": ["get", "update"],
+        }
+        assert create["verbs"] == ["create"] and "resourceNames" not in create

@@ -36,8 +36,12 @@ class TransientKubeError(KubeError):
 class PermanentKubeError(KubeError):
     """The request itself is wrong (invalid, forbidden): retrying cannot help."""
 
-    def __init__(self, message: str, status: int = 0, server_message: str = "") -> None:
+    def __init__(
+        self, message: str, status: int = 0, server_message: str = "", what: str = ""
+    ) -> None:
         super().__init__(message)
+        self.what = what or message
+        """The request, e.g. ``create Pod ns/name``."""
         self.status = status
         """The HTTP status (403, 422, ...), 0 when not from the API server."""
         self.server_message = server_message
@@ -64,7 +68,7 @@ def _wrap(exc: Exception, what: str) -> KubeError:
         message = server_message(exc.body)
         detail = f"{what}: HTTP {status} {exc.reason}: {message}"
         if status in (400, 403, 422):
-            return PermanentKubeError(detail, status, message)
+            return PermanentKubeError(detail, status, message, what)
         if status == 409:
             return ConflictKubeError(detail)
         return TransientKubeError(detail)

@@ -9,7 +9,7 @@ between any two steps therefore neither duplicates an object nor loses or double
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from elasticjob_agent.protocol.exit_codes import ExitCode
@@ -17,7 +17,7 @@ from elasticjob_agent.protocol.health import AgentState, HealthReport
 from elasticjob_agent.protocol.keys import JobKeys
 
 from . import manifests, names, restarts, seeding
-from .conditions import ConditionType, set_condition
+from .conditions import ConditionType, find_condition, set_condition, stamp_generation
 from .observed import Observed, PodPhase, PodView
 from .spec import CleanPodPolicy, EtcdMode, JobSpec
 from .stall import EtcdView, Stall, StallSettings, classify
@@ -119,8 +119,85 @@ def plan(
     """Decide the next status and actions of one job.
 
     ``observed`` holds only objects owned by this job incarnation (uid); ``services`` the names of
-    its existing Services. Nothing here performs I/O or reads the clock.
+    its existing Services. Nothing here performs I/O or reads the clock. Every condition of the
+    result carries ``observedGeneration`` = ``generation``.
     """
+    result = _plan(
+        job,
+        spec=spec,
+        generation=generation,
+        status=status,
+        observed=observed,
+        now=now,
+        settings=settings,
+        services=services,
+    )
+    conditions = stamp_generation(result.status.conditions, generation)
+    return replace(result, status=result.status.evolve(conditions=conditions))
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """The API server refused one of the operator's requests."""
+
+    what: str
+    """The request, e.g. ``create Pod ns/name``."""
+    http_status: int
+    message: str
+    """The server's own explanation."""
+
+    @property
+    def reason(self) -> str:
+        return {400: "BadRequest", 403: "Forbidden", 422: "Invalid"}.get(
+            self.http_status, f"HTTP{self.http_status}"
+        )
+
+
+def note_rejection(
+    status: JobStatus, rejection: Rejection | None, *, now: float, generation: int
+) -> tuple[JobStatus, Event | None]:
+    """Record (or clear) the ``RequestRejected`` condition; the Event to post when it turns
+    True or its message changes (not on every retry)."""
+    before = find_condition(status.conditions, ConditionType.REQUEST_REJECTED)
+    if rejection is None:
+        if before is None or before.get("status") != "True":
+            return status, None
+        conds = set_condition(
+            status.conditions,
+            ConditionType.REQUEST_REJECTED,
+            False,
+            "Accepted",
+            "the API server accepts the operator's requests again",
+            now=now,
+            generation=generation,
+        )
+        return status.evolve(conditions=tuple(conds)), None
+    message = f"{rejection.what}: {rejection.message}"[:1024]
+    conds = set_condition(
+        status.conditions,
+        ConditionType.REQUEST_REJECTED,
+        True,
+        rejection.reason,
+        message,
+        now=now,
+        generation=generation,
+    )
+    fresh = before is None or before.get("status") != "True" or before.get("message") != message
+    event = Event("Warning", rejection.reason, message) if fresh else None
+    return status.evolve(conditions=tuple(conds)), event
+
+
+def _plan(
+    job: manifests.JobRef,
+    *,
+    spec: JobSpec,
+    generation: int,
+    status: JobStatus,
+    observed: Observed,
+    now: float,
+    settings: StallSettings | None = None,
+    services: frozenset[str] = frozenset(),
+) -> Plan:
     settings = settings or StallSettings()
     draft = _Draft(
         status.evolve(

@@ -17,13 +17,15 @@ from typing import Any
 import aiohttp
 
 from . import metrics, names, planning, probes
-from .kube import ConflictKubeError, Kube, KubeError
+from .kube import ConflictKubeError, Kube, KubeError, PermanentKubeError
 from .manifests import JobRef, owned_by
 from .observed import Observed, PodPhase, PodView
 from .spec import EtcdMode, JobSpec, SpecError, parse_spec
 from .stall import StallSettings
 from .status import JobStatus, Phase, never_lower
 
+REJECTED_BACKOFF_MAX = 60.0
+"""Longest wait between steps while the API server keeps refusing a request."""
 WRITE_ATTEMPTS = 4
 """Status writes tried per step when the job keeps changing under us (409 each time)."""
 
@@ -78,6 +80,8 @@ class JobLoop:
         self._written_json: dict[str, Any] | None = None
         self._resource_version: str | None = None
         """The job's ``resourceVersion`` our next status write expects."""
+        self._rejections = 0
+        """Steps in a row in which the API server refused a request (for the back-off)."""
 
     async def step(
         self,
@@ -134,40 +138,24 @@ class JobLoop:
         if plan.commit_first:
             new_status = await self._write_status(new_status)
         delete_requested = False
+        rejection: planning.Rejection | None = None
         for action in plan.actions:
-            if isinstance(action, planning.CreateObject):
-                await self._kube.create(action.manifest)
-            elif isinstance(action, planning.DeletePod):
-                await self._kube.delete_pod(job.namespace, action.name, force=action.force)
-            elif isinstance(action, planning.MarkJoined):
-                await self._kube.annotate_pod(
-                    job.namespace, action.pod, {names.ANNOTATION_JOINED: str(action.round)}
+            try:
+                new_status, deleted = await self._apply(action, new_status)
+            except PermanentKubeError as exc:
+                # Not retried silently: the first refusal becomes a condition and an Event.
+                rejection = rejection or planning.Rejection(
+                    exc.what, exc.status, exc.server_message or str(exc)
                 )
-            elif isinstance(action, planning.WriteSeed):
-                if await probes.write_seed(
-                    self._session, action.endpoint, action.keys, action.seed
-                ):
-                    etcd = new_status.etcd
-                    new_status = new_status.evolve(
-                        etcd=type(etcd)(
-                            etcd.generation,
-                            etcd.ready_generation,
-                            action.generation,
-                            etcd.unreachable_since,
-                        )
-                    )
-                    log.info(
-                        "job %s/%s: restart seed written to etcd generation %d: %s",
-                        job.namespace,
-                        job.name,
-                        action.generation,
-                        dict(action.seed),
-                    )
-            elif isinstance(action, planning.DeleteJob):
-                await self._kube.delete_job(job)
-                delete_requested = True
+                continue
+            delete_requested = delete_requested or deleted
+        new_status, rejected = planning.note_rejection(
+            new_status, rejection, now=now, generation=generation
+        )
+        events = [*plan.events, *([rejected] if rejected is not None else [])]
+        self._rejections = self._rejections + 1 if rejection is not None else 0
         new_status = await self._write_status(new_status)
-        for event in plan.events:
+        for event in events:
             try:
                 await self._kube.post_event(job, event.type, event.reason, event.message, now)
             except KubeError as exc:
@@ -183,7 +171,44 @@ class JobLoop:
         metrics.publish(job.namespace, job.name, new_status)
         idle = new_status.phase.finished or new_status.phase is Phase.SUSPENDED
         interval = self._settings.idle_interval if idle else self._settings.interval
+        if self._rejections:
+            interval = min(REJECTED_BACKOFF_MAX, interval * 2 ** min(self._rejections, 6))
         return StepResult(new_status, interval, delete_requested)
+
+    async def _apply(self, action: planning.Action, status: JobStatus) -> tuple[JobStatus, bool]:
+        """Run one action; returns the status (the seed's record) and whether the job was
+        deleted. Raises ``KubeError``."""
+        job = self._job
+        if isinstance(action, planning.CreateObject):
+            await self._kube.create(action.manifest)
+        elif isinstance(action, planning.DeletePod):
+            await self._kube.delete_pod(job.namespace, action.name, force=action.force)
+        elif isinstance(action, planning.MarkJoined):
+            await self._kube.annotate_pod(
+                job.namespace, action.pod, {names.ANNOTATION_JOINED: str(action.round)}
+            )
+        elif isinstance(action, planning.WriteSeed):
+            if await probes.write_seed(self._session, action.endpoint, action.keys, action.seed):
+                etcd = status.etcd
+                status = status.evolve(
+                    etcd=type(etcd)(
+                        etcd.generation,
+                        etcd.ready_generation,
+                        action.generation,
+                        etcd.unreachable_since,
+                    )
+                )
+                log.info(
+                    "job %s/%s: restart seed written to etcd generation %d: %s",
+                    job.namespace,
+                    job.name,
+                    action.generation,
+                    dict(action.seed),
+                )
+        elif isinstance(action, planning.DeleteJob):
+            await self._kube.delete_job(job)
+            return status, True
+        return status, False
 
     async def _observe(
         self,

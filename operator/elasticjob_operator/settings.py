@@ -13,6 +13,9 @@ from . import leadership
 from .reconciler import LoopSettings
 from .stall import StallSettings
 
+_INSTANCE = uuid.uuid4().hex[:8]
+"""Tells this process from an earlier one of the same pod or host in the Lease."""
+
 
 class SettingsError(ValueError):
     """An environment variable or flag has a value the operator cannot use."""
@@ -73,7 +76,7 @@ class OperatorSettings:
             or env.get("POD_NAMESPACE")
             or "default",
             lease_name=env.get("ELASTICJOB_LEASE_NAME") or "elasticjob-operator",
-            identity=f"{env.get('POD_NAME') or socket.gethostname()}_{uuid.uuid4().hex[:8]}",
+            identity=f"{env.get('POD_NAME') or socket.gethostname()}_{_INSTANCE}",
             lease=_timings(env),
         )
 

@@ -126,6 +126,16 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     ("no-template", {"template": None}, "spec.template"),
     ("async-error-handling", {"nccl": {"asyncErrorHandling": 5}}, "spec.nccl.asyncErrorHandling"),
     ("long-name", {"metadata.name": "n" * 60}, "metadata.name"),
+    ("dotted-name", {"metadata.name": "my.job"}, "metadata.name must start with a lower-case"),
+    ("digit-first-name", {"metadata.name": "1job"}, "metadata.name must start with a lower-case"),
+    ("huge-stall-timeout", {"stallTimeoutSeconds": 10**9}, "spec.stallTimeoutSeconds"),
+    ("huge-monitor-interval", {"monitorIntervalSeconds": 1e6}, "spec.monitorIntervalSeconds"),
+    (
+        "huge-join-timeout",
+        {"rendezvous": {"joinTimeoutSeconds": 10**7}},
+        "spec.rendezvous.joinTimeoutSeconds",
+    ),
+    ("huge-ttl", {"runPolicy": {"ttlSecondsAfterFinished": 10**9}}, "ttlSecondsAfterFinished"),
 ]
 
 

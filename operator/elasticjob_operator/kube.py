@@ -7,9 +7,11 @@ same name counts as created) and deletes tolerate objects that are already gone.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -75,6 +77,12 @@ def _wrap(exc: Exception, what: str) -> KubeError:
     return TransientKubeError(f"{what}: {exc!r}")
 
 
+@dataclass(frozen=True)
+class OwnedData:
+    data: dict[str, str]
+    controller_uid: str | None
+
+
 class Kube:
     """Typed operations on the objects of ElasticJobs."""
 
@@ -85,6 +93,7 @@ class Kube:
         self._core: Any = client.CoreV1Api(api)
         self._custom: Any = client.CustomObjectsApi(api)
         self._coordination: Any = client.CoordinationV1Api(api)
+        self._networking: Any = client.NetworkingV1Api(api)
 
     @classmethod
     async def connect(cls) -> Kube:
@@ -100,7 +109,8 @@ class Kube:
         await self._api.close()
 
     async def create(self, manifest: Mapping[str, Any]) -> bool:
-        """Create a Pod or Service; ``False`` when one of that name already exists."""
+        """Create a Pod, Service, Secret or NetworkPolicy; ``False`` when one of that name
+        already exists."""
         kind = manifest["kind"]
         ns = manifest["metadata"]["namespace"]
         name = manifest["metadata"]["name"]
@@ -109,6 +119,10 @@ class Kube:
                 await self._core.create_namespaced_pod(ns, dict(manifest))
             elif kind == "Service":
                 await self._core.create_namespaced_service(ns, dict(manifest))
+            elif kind == "Secret":
+                await self._core.create_namespaced_secret(ns, dict(manifest))
+            elif kind == "NetworkPolicy":
+                await self._networking.create_namespaced_network_policy(ns, dict(manifest))
             else:
                 raise PermanentKubeError(f"cannot create kind {kind!r}")
         except ApiException as exc:
@@ -172,6 +186,23 @@ class Kube:
             raise _wrap(exc, f"patch status of {job.namespace}/{job.name}") from exc
         version = ((result or {}).get("metadata") or {}).get("resourceVersion")
         return str(version) if version else None
+
+    async def get_secret(self, namespace: str, name: str) -> OwnedData | None:
+        """A Secret's data (decoded) and its controller's uid; ``None`` when it does not exist."""
+        try:
+            secret = await self._core.read_namespaced_secret(name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise _wrap(exc, f"get Secret {namespace}/{name}") from exc
+        except (TimeoutError, OSError) as exc:
+            raise _wrap(exc, f"get Secret {namespace}/{name}") from exc
+        data = {
+            key: base64.b64decode(value).decode(errors="replace")
+            for key, value in (secret.data or {}).items()
+        }
+        owner = next((r.uid for r in secret.metadata.owner_references or [] if r.controller), None)
+        return OwnedData(data, owner)
 
     async def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:

@@ -58,6 +58,19 @@ def etcd_service_name(job: str) -> str:
     return f"{job}-etcd"
 
 
+def etcd_tls_secret_name(job: str) -> str:
+    """Secret holding the managed etcd's CA, server and client certificates (``pki.py``)."""
+    return f"{job}-etcd-tls"
+
+
+def workers_network_policy_name(job: str) -> str:
+    return f"{job}-workers"
+
+
+def etcd_network_policy_name(job: str) -> str:
+    return f"{job}-etcd"
+
+
 def workers_service_name(job: str) -> str:
     """Headless Service over the worker pods."""
     return f"{job}-workers"

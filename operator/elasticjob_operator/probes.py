@@ -16,8 +16,10 @@ import base64
 import json
 import logging
 import ssl
+import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -120,25 +122,56 @@ async def fetch_reports(
     return out
 
 
-def _url(endpoint: str, tls: ssl.SSLContext | None, path: str) -> str:
+def _url(endpoint: str, tls: EtcdTls | None, path: str) -> str:
     """``endpoint`` is ``host:port`` or a URL; the scheme follows ``tls`` when it has none."""
     if "://" in endpoint:
         return endpoint.rstrip("/") + path
     return f"{'https' if tls is not None else 'http'}://{endpoint}{path}"
 
 
+@dataclass(frozen=True)
+class EtcdTls:
+    """How the operator speaks TLS to a job's etcd: the job's CA and client certificate, and
+    the name to check the server's certificate against when connecting to a pod IP."""
+
+    context: ssl.SSLContext
+    server_hostname: str | None = None
+
+
+def client_tls(ca: str, cert: str, key: str, server_hostname: str | None = None) -> EtcdTls:
+    """A TLS context that trusts only ``ca`` and presents ``cert``/``key`` (PEM texts)."""
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cadata=ca)
+    # ssl loads a key pair from files only: a private directory that lives for this call.
+    with tempfile.TemporaryDirectory(prefix="elasticjob-tls-") as folder:
+        cert_path, key_path = Path(folder, "tls.crt"), Path(folder, "tls.key")
+        for path, text in ((cert_path, cert), (key_path, key)):
+            path.touch(mode=0o600)
+            path.write_text(text)
+        context.load_cert_chain(cert_path, key_path)
+    return EtcdTls(context, server_hostname)
+
+
+def _tls_kwargs(tls: EtcdTls | None) -> dict[str, Any]:
+    if tls is None:
+        return {}
+    kwargs: dict[str, Any] = {"ssl": tls.context}
+    if tls.server_hostname is not None:
+        kwargs["server_hostname"] = tls.server_hostname
+    return kwargs
+
+
 async def probe_etcd(
     session: aiohttp.ClientSession,
     endpoints: Iterable[str],
     within: float = 1.0,
-    tls: ssl.SSLContext | None = None,
+    tls: EtcdTls | None = None,
 ) -> bool:
     """Whether any endpoint answers etcd's ``/health`` with a healthy member."""
     for endpoint in endpoints:
         try:
             async with asyncio.timeout(within):
                 async with session.get(
-                    _url(endpoint, tls, "/health"), ssl=tls or True, allow_redirects=False
+                    _url(endpoint, tls, "/health"), allow_redirects=False, **_tls_kwargs(tls)
                 ) as response:
                     body = json.loads(await read_capped(response, 4096))
                     if response.status == 200 and str(body.get("health")) == "true":
@@ -162,12 +195,12 @@ def _b64(data: str) -> str:
 async def _gateway(
     session: aiohttp.ClientSession,
     endpoint: str,
-    tls: ssl.SSLContext | None,
+    tls: EtcdTls | None,
     path: str,
     request: Mapping[str, Any],
 ) -> dict[str, Any]:
     async with session.post(
-        _url(endpoint, tls, path), json=request, ssl=tls or True, allow_redirects=False
+        _url(endpoint, tls, path), json=request, allow_redirects=False, **_tls_kwargs(tls)
     ) as response:
         body = json.loads(await read_capped(response, 1024 * 1024))
         if response.status != 200 or not isinstance(body, dict):
@@ -182,7 +215,7 @@ async def write_seed(
     seed: Mapping[str, int],
     *,
     within: float = 5.0,
-    tls: ssl.SSLContext | None = None,
+    tls: EtcdTls | None = None,
 ) -> bool:
     """Seed the restart counters of a recreated etcd (``seeding.plan_seed``); ``False`` when it
     could not (the caller retries on its next step). Idempotent: a seeded etcd is left alone."""

@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
 
-from . import metrics, names, planning, probes
+from . import manifests, metrics, names, pki, planning, probes
 from .kube import ConflictKubeError, Kube, KubeError, PermanentKubeError
 from .manifests import JobRef, owned_by
+from .netpol import PolicySettings, build_network_policies
 from .observed import Observed, PodPhase, PodView
 from .spec import EtcdMode, JobSpec, SpecError, parse_spec
 from .stall import StallSettings
@@ -43,6 +46,8 @@ class LoopSettings:
     probe_timeout: float = 1.0
     """Timeout of one health or etcd probe."""
     stall: StallSettings = field(default_factory=StallSettings)
+    policies: PolicySettings | None = None
+    """Create the job's NetworkPolicies letting these peers in; ``None``: create none."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,11 @@ class JobLoop:
         """The job's ``resourceVersion`` our next status write expects."""
         self._rejections = 0
         """Steps in a row in which the API server refused a request (for the back-off)."""
+        self._tls: probes.EtcdTls | None = None
+        """How this step speaks TLS to the job's etcd (``None``: plain HTTP)."""
+        self._policies_created = False
+        self._tls_cache: tuple[str, probes.EtcdTls] | None = None
+        """The context made from the Secret (by its name), kept: the Secret never changes."""
 
     async def step(
         self,
@@ -122,6 +132,15 @@ class JobLoop:
         views = [p.view for p in pods if p.owner_uid == job.uid]
         workers = tuple(v for v in views if v.role == names.ROLE_WORKER)
         etcd_pods = tuple(v for v in views if v.role == names.ROLE_ETCD)
+        rejection: planning.Rejection | None = None
+        tls: probes.EtcdTls | None = None
+        if not status.phase.finished:
+            try:
+                await self._ensure_policies(spec)
+                tls = await self._etcd_tls(spec)
+            except PermanentKubeError as exc:
+                rejection = planning.Rejection(exc.what, exc.status, exc.server_message or str(exc))
+        self._tls = tls
         observed = await self._observe(spec, status, workers, etcd_pods, lost_nodes)
         now = self._clock()
         plan = planning.plan(
@@ -138,7 +157,6 @@ class JobLoop:
         if plan.commit_first:
             new_status = await self._write_status(new_status)
         delete_requested = False
-        rejection: planning.Rejection | None = None
         for action in plan.actions:
             try:
                 new_status, deleted = await self._apply(action, new_status)
@@ -188,7 +206,9 @@ class JobLoop:
                 job.namespace, action.pod, {names.ANNOTATION_JOINED: str(action.round)}
             )
         elif isinstance(action, planning.WriteSeed):
-            if await probes.write_seed(self._session, action.endpoint, action.keys, action.seed):
+            if await probes.write_seed(
+                self._session, action.endpoint, action.keys, action.seed, tls=self._tls
+            ):
                 etcd = status.etcd
                 status = status.evolve(
                     etcd=type(etcd)(
@@ -233,7 +253,7 @@ class JobLoop:
         reports: probes.Reports
         if endpoints:
             reports, reachable = await asyncio.gather(
-                reports_task, probes.probe_etcd(self._session, endpoints, timeout)
+                reports_task, probes.probe_etcd(self._session, endpoints, timeout, self._tls)
             )
             etcd_reachable: bool | None = reachable
         else:
@@ -250,6 +270,77 @@ class JobLoop:
             lost_nodes=lost_nodes,
             etcd_reachable=etcd_reachable,
         )
+
+    async def _ensure_policies(self, spec: JobSpec) -> None:
+        """Create the job's NetworkPolicies once per loop (a create that finds them is a no-op;
+        they are owned by the job and never change)."""
+        settings = self._settings.policies
+        if settings is None or self._policies_created:
+            return
+        for policy in build_network_policies(
+            self._job,
+            settings.operator,
+            settings.prometheus,
+            managed_etcd=spec.etcd.mode is EtcdMode.MANAGED,
+        ):
+            await self._kube.create(policy)
+        self._policies_created = True
+
+    async def _etcd_tls(self, spec: JobSpec) -> probes.EtcdTls | None:
+        """The operator's TLS to the job's etcd; for a managed etcd, first creates the job's
+        certificates (once: an existing Secret is read, never regenerated). Raises
+        ``KubeError`` (``PermanentKubeError`` when the Secret cannot be used)."""
+        job = self._job
+        secret = manifests.etcd_tls_secret(job, spec)
+        if secret is None:
+            return None
+        if self._tls_cache is not None and self._tls_cache[0] == secret:
+            return self._tls_cache[1]
+        managed = spec.etcd.mode is EtcdMode.MANAGED
+        what = f"use Secret {job.namespace}/{secret}"
+        found = await self._kube.get_secret(job.namespace, secret)
+        if found is None and managed:
+            made = pki.generate(
+                job.name, job.namespace, names.etcd_service_name(job.name), datetime.now(UTC)
+            )
+            await self._kube.create(manifests.build_etcd_tls_secret(job, made.secret_data()))
+            log.info(
+                "job %s/%s: etcd certificates created in Secret %s", job.namespace, job.name, secret
+            )
+            found = await self._kube.get_secret(job.namespace, secret)  # whoever won a race
+        if found is None:
+            raise PermanentKubeError(
+                f"{what}: not found",
+                404,
+                "the Secret does not exist (spec.etcd.tlsSecretName)",
+                what,
+            )
+        if managed and found.controller_uid != job.uid:
+            # Someone else's certificates would let them read the job's etcd: refuse.
+            raise PermanentKubeError(
+                f"{what}: not owned by this job",
+                409,
+                "a Secret of that name exists and is "
+                "not owned by this job; delete it or rename the job",
+                what,
+            )
+        try:
+            if managed:
+                made_pki = pki.JobPki.from_secret_data(found.data)
+                service = f"{names.etcd_service_name(job.name)}.{job.namespace}.svc"
+                tls = probes.client_tls(
+                    made_pki.ca_cert, made_pki.client_cert, made_pki.client_key, service
+                )
+            else:
+                data = found.data
+                missing = [k for k in ("ca.crt", "tls.crt", "tls.key") if k not in data]
+                if missing:
+                    raise ValueError(f"the Secret lacks {', '.join(missing)}")
+                tls = probes.client_tls(data["ca.crt"], data["tls.crt"], data["tls.key"])
+        except (ValueError, ssl.SSLError) as exc:
+            raise PermanentKubeError(f"{what}: {exc}", 422, str(exc), what) from exc
+        self._tls_cache = (secret, tls)
+        return tls
 
     async def _write_status(self, status: JobStatus) -> JobStatus:
         """Write ``status`` guarded by ``resourceVersion``; on a conflict re-read the job, raise

@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from . import leadership
+from . import leadership, netpol
 from .reconciler import LoopSettings
 from .stall import StallSettings
 
@@ -69,7 +69,9 @@ class OperatorSettings:
             ),
             log_level=level,
             loop=LoopSettings(
-                interval=_number(env, "ELASTICJOB_INTERVAL_SECONDS", 2.0), stall=stall
+                interval=_number(env, "ELASTICJOB_INTERVAL_SECONDS", 2.0),
+                stall=stall,
+                policies=_policies(env),
             ),
             leader_election=_flag(env, "ELASTICJOB_LEADER_ELECTION", True),
             lease_namespace=env.get("ELASTICJOB_LEASE_NAMESPACE")
@@ -79,6 +81,44 @@ class OperatorSettings:
             identity=f"{env.get('POD_NAME') or socket.gethostname()}_{_INSTANCE}",
             lease=_timings(env),
         )
+
+
+def _policies(env: Mapping[str, str]) -> netpol.PolicySettings | None:
+    """``ELASTICJOB_NETWORK_POLICY`` (default true), the operator's own pods
+    (``POD_NAMESPACE`` and ``ELASTICJOB_OPERATOR_POD_LABELS``), and Prometheus
+    (``ELASTICJOB_PROMETHEUS_NAMESPACE_LABELS``, ``ELASTICJOB_PROMETHEUS_POD_LABELS``)."""
+    if not _flag(env, "ELASTICJOB_NETWORK_POLICY", True):
+        return None
+    namespace = env.get("POD_NAMESPACE") or env.get("ELASTICJOB_LEASE_NAMESPACE") or "default"
+    own = _labels(
+        env, "ELASTICJOB_OPERATOR_POD_LABELS", {"app.kubernetes.io/name": "elasticjob-operator"}
+    )
+    operator = netpol.Peer.in_namespace(namespace, own or {})
+    prom_ns = _labels(env, "ELASTICJOB_PROMETHEUS_NAMESPACE_LABELS", None)
+    prom_pods = _labels(env, "ELASTICJOB_PROMETHEUS_POD_LABELS", None)
+    prometheus = (
+        netpol.Peer(prom_ns or {}, prom_pods or {})
+        if prom_ns is not None or prom_pods is not None
+        else None
+    )
+    return netpol.PolicySettings(operator, prometheus)
+
+
+def _labels(
+    env: Mapping[str, str], key: str, default: dict[str, str] | None
+) -> dict[str, str] | None:
+    """``k=v,k=v`` labels; an empty value means "any" (``{}``), an unset one the default."""
+    if key not in env:
+        return default
+    labels: dict[str, str] = {}
+    for item in env[key].split(","):
+        if not item.strip():
+            continue
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise SettingsError(f"{key} must be k=v,k=v labels, got {env[key]!r}")
+        labels[name.strip()] = value.strip()
+    return labels
 
 
 def _timings(env: Mapping[str, str]) -> leadership.LeaseTimings:

@@ -474,3 +474,39 @@ def test_invalid_reports_in_status_stay_bounded() -> None:
     result = step(cluster, status, spec, T0 + 1, etcd_reachable=True, invalid_reports=bad)
     assert len(result.status.invalid_reports) == planning.MAX_INVALID_REPORTS
     assert all(len(r) == planning.MAX_REASON_CHARS for r in result.status.invalid_reports.values())
+
+
+def test_a_rejected_request_is_a_condition_with_the_servers_message_and_one_event() -> None:
+    rejection = planning.Rejection(
+        "create Pod ns/demo-worker-0-0",
+        403,
+        'pods "demo-worker-0-0" is forbidden: violates PodSecurity',
+    )
+    status, event = planning.note_rejection(JobStatus(), rejection, now=T0, generation=4)
+    cond = find_condition(status.conditions, ConditionType.REQUEST_REJECTED)
+    assert cond is not None and cond["status"] == "True" and cond["reason"] == "Forbidden"
+    assert cond["message"] == f"create Pod ns/demo-worker-0-0: {rejection.message}"
+    assert cond["observedGeneration"] == 4
+    assert event is not None and event.reason == "Forbidden" and event.message == cond["message"]
+    again, repeat = planning.note_rejection(status, rejection, now=T0 + 2, generation=4)
+    assert repeat is None and again.conditions == status.conditions  # no Event per retry
+    fixed, none = planning.note_rejection(again, None, now=T0 + 4, generation=4)
+    cond = find_condition(fixed.conditions, ConditionType.REQUEST_REJECTED)
+    assert cond is not None and cond["status"] == "False" and cond["reason"] == "Accepted"
+    assert none is None
+    untouched, _ = planning.note_rejection(JobStatus(), None, now=T0, generation=1)
+    assert untouched.conditions == ()
+
+
+def test_every_condition_carries_the_observed_generation() -> None:
+    cluster = Cluster()
+    result = planning.plan(
+        JOB,
+        spec=job_spec(),
+        generation=7,
+        status=JobStatus(),
+        observed=cluster.observed(),
+        now=T0,
+    )
+    assert result.status.conditions
+    assert all(c["observedGeneration"] == 7 for c in result.status.conditions)

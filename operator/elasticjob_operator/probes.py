@@ -99,9 +99,12 @@ async def fetch_report(
         return str(exc)
     except TimeoutError:
         return f"health report not complete within {within:g} s" if headers_seen else None
+    except (aiohttp.ClientResponseError, aiohttp.ClientPayloadError) as exc:
+        # The pod answered, with something that is not HTTP we accept (header limits, a bad
+        # status line, a broken body).
+        return f"malformed HTTP response: {str(getattr(exc, 'message', exc))[:200]}"
     except (aiohttp.ClientError, OSError, ValueError):
-        # ValueError: aiohttp refusing a malformed response (header limits, bad status line).
-        return None
+        return None  # not listening, refused, reset: no answer
 
 
 async def fetch_reports(

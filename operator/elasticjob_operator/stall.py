@@ -3,8 +3,9 @@
 Three reasons, in order of precedence:
 
 - ``EtcdUnavailable``: the operator's etcd probe has failed for ``etcd_unavailable_after``
-  seconds, the managed etcd pod failed or vanished, or an agent reports etcd unreachable for as
-  long. etcd cannot report its own absence, so this needs the operator's probe and the agents.
+  seconds while no agent and not the kubelet reaches etcd, the managed etcd pod failed or
+  vanished, or an agent reports etcd unreachable for as long. etcd cannot report its own
+  absence, so this needs the operator's probe and the agents.
 - ``PodsUnschedulable``: fewer than ``minNodes`` worker pods can run because the scheduler
   cannot place the rest (for example more GPUs asked for than exist).
 - ``WaitingForNodes``: agents have waited in rendezvous for ``waiting_after`` seconds while

@@ -113,7 +113,9 @@ def generate(job: str, namespace: str, service: str, now: datetime.datetime) -> 
         ca_key,
         f"{service}.{namespace}.svc"[:64],
         now=now,
-        usage=ExtendedKeyUsageOID.SERVER_AUTH,
+        # clientAuth too: etcd's own HTTP/JSON gateway dials its gRPC server with this
+        # certificate, and --client-cert-auth checks it like any client's.
+        usage=[ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH],
         sans=sans,
     )
     client_key, client = _leaf(
@@ -121,7 +123,7 @@ def generate(job: str, namespace: str, service: str, now: datetime.datetime) -> 
         ca_key,
         f"elasticjob {namespace}/{job}"[:64],
         now=now,
-        usage=ExtendedKeyUsageOID.CLIENT_AUTH,
+        usage=[ExtendedKeyUsageOID.CLIENT_AUTH],
         sans=[],
     )
     return JobPki(
@@ -153,7 +155,7 @@ def _leaf(
     common_name: str,
     *,
     now: datetime.datetime,
-    usage: x509.ObjectIdentifier,
+    usage: list[x509.ObjectIdentifier],
     sans: list[x509.GeneralName],
 ) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     key = ec.generate_private_key(ec.SECP256R1())
@@ -161,7 +163,7 @@ def _leaf(
     builder = (
         _builder(subject, ca.subject, key.public_key(), now)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        .add_extension(x509.ExtendedKeyUsage(usage), critical=False)
     )
     if sans:
         builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)

@@ -129,6 +129,10 @@ async def _serve(host: str, handler: Writer) -> asyncio.Server:
 
 
 PORT = 29_555
+WITHIN = 5.0
+"""The probe timeout here: long enough that the good server always answers in time although it
+shares this process's event loop (and a loaded machine) with the hostile ones; the slow server
+still takes 10 s."""
 
 
 @pytest.fixture
@@ -159,7 +163,7 @@ async def test_hostile_reports_are_refused_with_a_reason_and_memory_stays_bounde
         tracemalloc.start()
         try:
             for _ in range(3):
-                got = await probes.fetch_reports(session, servers, within=1.0, port=PORT)
+                got = await probes.fetch_reports(session, servers, within=WITHIN, port=PORT)
             _, peak = tracemalloc.get_traced_memory()
         finally:
             tracemalloc.stop()
@@ -176,7 +180,9 @@ async def test_hostile_reports_are_refused_with_a_reason_and_memory_stays_bounde
 
 async def test_one_hostile_pod_does_not_hold_up_the_others(servers: dict[str, str]) -> None:
     async with probes.new_session() as session:
-        sweeps = [probes.fetch_reports(session, servers, within=1.0, port=PORT) for _ in range(5)]
+        sweeps = [
+            probes.fetch_reports(session, servers, within=WITHIN, port=PORT) for _ in range(5)
+        ]
         results = await asyncio.gather(*sweeps)
     assert all(r.valid.get("good") == GOOD for r in results)
 

@@ -10,10 +10,15 @@ Measured, each with a peer measured in the same run:
    cut off the network. Peer: the 15 s target (no peer detects this at all).
 3. 50 ElasticJobs at once: operator memory (RSS) and reconcile latency (from its own
    ``elasticjob_reconcile_duration_seconds``). Peer: the same operator with one job.
+4. The same 50 jobs while 10 of their worker pods serve hostile ``/status`` bodies (endless,
+   declared huge, slow, a deflate bomb, 100 000 headers, NaN, Infinity, deep nesting, wrong
+   types, a 5000-digit integer): operator RSS and reconcile rate. Peer: the same 50 jobs just
+   before, without hostile pods.
 
 Usage (starts its own small cluster unless ELASTICJOB_BENCH_CLUSTER names a running one)::
 
-    .venv/bin/python bench/operator_bench.py [--jobs 50] [--repeat 2]
+    .venv/bin/python bench/operator_bench.py [--jobs 50] [--repeat 2] [--hostile 10]
+        [--sections startup,stall,many]
 
 The operator runs as a host process with admin credentials here (RBAC is what the e2e tests
 check); results go to stdout as a table. bench/RESULTS.md records a run.
@@ -48,6 +53,8 @@ from elasticjob_localcluster import (  # noqa: E402
 )
 
 NS = "bench"
+AGENT_TLS = "cacert" in (REPO / "agent/elasticjob_agent/rendezvous/config.py").read_text()
+"""Whether this tree's agent speaks TLS to etcd (torchrun's rdzv-conf names)."""
 
 
 def free_port() -> int:
@@ -132,6 +139,8 @@ def job(name: str, **spec: Any) -> dict[str, Any]:
         },
     }
     body.update(spec)
+    if not AGENT_TLS and "etcd" not in spec:
+        body["etcd"] = {"insecure": True}  # an agent without TLS: the managed etcd in plain HTTP
     return {
         "apiVersion": "elasticjob.dev/v1alpha1",
         "kind": "ElasticJob",
@@ -356,11 +365,178 @@ def many_jobs(
     }
 
 
+HOSTILE_SERVER = r"""
+import socket, sys, threading, time, zlib
+kind = sys.argv[1]
+good = b'{"schemaVersion": 1, "runId": "r", "node": "n", "state": "Running", "round": 1, ' \
+    b'"restarts": {"total": 0, "byReason": {}}, "maxRestarts": 3, ' \
+    b'"etcd": {"reachable": true}, "updatedAt": 1.0}'
+bodies = {
+    "nan": good.replace(b'"round": 1', b'"round": NaN'),
+    "infinity": good.replace(b'"updatedAt": 1.0', b'"updatedAt": Infinity'),
+    "nested": b'{"a":' * 5000 + b"1" + b"}" * 5000,
+    "types": good.replace(b'"round": 1', b'"round": "one"'),
+    "bigint": good.replace(b'"round": 1', b'"round": ' + b"9" * 5000),
+}
+bomb = zlib.compress(b" " * (50 << 20), 9)
+def head(extra=b""):
+    return b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" + extra
+def serve(conn):
+    try:
+        conn.recv(65536)
+        if kind == "endless":
+            conn.sendall(head(b"\r\n"))
+            while True:
+                conn.sendall(b"[" * 65536)
+        elif kind == "huge":
+            conn.sendall(head(b"Content-Length: 314572800\r\n\r\n"))
+            while True:
+                conn.sendall(b" " * 65536)
+        elif kind == "slow":
+            conn.sendall(head(b"Content-Length: %d\r\n\r\n" % len(good)))
+            for byte in good:
+                conn.sendall(bytes([byte])); time.sleep(0.05)
+        elif kind == "bomb":
+            extra = b"Content-Encoding: deflate\r\nContent-Length: %d\r\n\r\n" % len(bomb)
+            conn.sendall(head(extra) + bomb)
+        elif kind == "headers":
+            conn.sendall(b"HTTP/1.1 200 OK\r\n")
+            for i in range(100000):
+                conn.sendall(b"X-Junk-%d: %s\r\n" % (i, b"j" * 4000))
+        else:
+            body = bodies[kind]
+            conn.sendall(head(b"Content-Length: %d\r\n\r\n" % len(body)) + body)
+    except OSError:
+        pass
+    finally:
+        conn.close()
+server = socket.create_server(("0.0.0.0", 29401), reuse_port=True)
+while True:
+    conn, _ = server.accept()
+    threading.Thread(target=serve, args=(conn,), daemon=True).start()
+"""
+HOSTILE_KINDS = (
+    "endless",
+    "huge",
+    "slow",
+    "bomb",
+    "headers",
+    "nan",
+    "infinity",
+    "nested",
+    "types",
+    "bigint",
+)
+
+
+def hostile_pods(cluster: LocalCluster, count: int) -> list[str]:
+    """Give ``count`` of the ``many-*`` jobs a worker pod (adopted: a newer attempt of index 0)
+    that serves a hostile ``/status``; returns the jobs."""
+    jobs = json.loads(kubectl(cluster, "get", "ej", "-n", NS, "-o", "json"))["items"]
+    chosen = sorted(
+        (j for j in jobs if j["metadata"]["name"].startswith("many-")),
+        key=lambda j: j["metadata"]["name"],
+    )[:count]
+    pods = []
+    for i, j in enumerate(chosen):
+        name = j["metadata"]["name"]
+        pods.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": f"{name}-worker-0-9",
+                    "namespace": NS,
+                    "labels": {
+                        "elasticjob.dev/job-name": name,
+                        "elasticjob.dev/role": "worker",
+                        "elasticjob.dev/replica-index": "0",
+                        "elasticjob.dev/attempt": "9",
+                    },
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "elasticjob.dev/v1alpha1",
+                            "kind": "ElasticJob",
+                            "name": name,
+                            "uid": j["metadata"]["uid"],
+                            "controller": True,
+                        }
+                    ],
+                },
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {
+                            "name": "hostile",
+                            "image": "x",
+                            "command": [
+                                "python3",
+                                "-c",
+                                HOSTILE_SERVER,
+                                HOSTILE_KINDS[i % len(HOSTILE_KINDS)],
+                            ],
+                        }
+                    ],
+                },
+            }
+        )
+    kubectl(
+        cluster,
+        "apply",
+        "-f",
+        "-",
+        input=json.dumps({"kind": "List", "apiVersion": "v1", "items": pods}),
+    )
+    wait(
+        f"{count} hostile pods Running",
+        lambda: pods_running(cluster, "elasticjob.dev/attempt=9", count),
+        240,
+        1,
+    )
+    return [j["metadata"]["name"] for j in chosen]
+
+
+def hostile_reports(cluster: LocalCluster, operator: Operator, count: int) -> dict[str, float]:
+    """Operator RSS and reconcile rate with the 50 jobs, then with ``count`` hostile pods."""
+    before_a = reconcile_stats(operator.metrics())
+    time.sleep(30)
+    before_b = reconcile_stats(operator.metrics())
+    rss_before = operator.rss_mib()
+    names = hostile_pods(cluster, count)
+    time.sleep(15)
+    peak = 0.0
+    during_a = reconcile_stats(operator.metrics())
+    for _ in range(12):  # 60 s of hostile polling, RSS sampled every 5 s
+        time.sleep(5)
+        peak = max(peak, operator.rss_mib())
+    during_b = reconcile_stats(operator.metrics())
+    jobs = json.loads(kubectl(cluster, "get", "ej", "-n", NS, "-o", "json"))["items"]
+    flagged = sum(
+        1
+        for j in jobs
+        if j["metadata"]["name"] in names and (j.get("status") or {}).get("invalidReports")
+    )
+    return {
+        "rss_before": rss_before,
+        "rss_peak": peak,
+        "rate_before": (before_b[0] - before_a[0]) / 30,
+        "rate_during": (during_b[0] - during_a[0]) / 60,
+        "flagged": flagged,
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=50)
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--hostile", type=int, default=10, help="pods serving hostile reports")
+    parser.add_argument(
+        "--sections",
+        default="startup,stall,many",
+        help="comma-separated: startup, stall, many (many includes the hostile pods)",
+    )
     args = parser.parse_args()
+    sections = set(args.sections.split(","))
     name = os.environ.get("ELASTICJOB_BENCH_CLUSTER")
     own = name is None
     if own:
@@ -374,18 +550,24 @@ def main() -> int:
     work = Path(os.environ.get("TMPDIR", "/tmp")) / f"operator-bench-{os.getpid()}"
     work.mkdir(parents=True, exist_ok=True)
     operator: Operator | None = None
+    rows: list[tuple[str, str, str, str]] = []
     try:
         cluster.kubectl("apply", "-f", str(REPO / "crds" / "elasticjob.yaml"))
         cluster.kubectl("wait", "--for=condition=Established", "crd/elasticjobs.elasticjob.dev")
         cluster.kubectl("create", "namespace", NS, check=False)
         operator = Operator(cluster, work / "operator.log")
-        rows: list[tuple[str, str, str, str]] = []
 
-        ej = [startup_elasticjob(cluster, i) for i in range(args.repeat)]
+        ej = (
+            [startup_elasticjob(cluster, i) for i in range(args.repeat)]
+            if "startup" in sections
+            else []
+        )
         clean(cluster)
-        peer = [startup_torchrun(cluster, i) for i in range(args.repeat)]
+        peer = [startup_torchrun(cluster, i) for i in range(args.repeat)] if ej else []
         clean(cluster)
         for k, label in ((0, "apply -> worker pods Running"), (1, "apply -> first rendezvous")):
+            if not ej:
+                break
             ours = statistics.median(r[k] for r in ej)
             theirs = statistics.median(r[k] for r in peer)
             rows.append(
@@ -397,7 +579,7 @@ def main() -> int:
                 )
             )
 
-        for how in ("kill", "cut"):
+        for how in ("kill", "cut") if "stall" in sections else ():
             took = statistics.median(
                 etcd_loss_to_stalled(cluster, i, how) for i in range(args.repeat)
             )
@@ -431,6 +613,8 @@ def main() -> int:
                 ],
             },
         }
+        if "many" not in sections:
+            raise _Done
         kubectl(cluster, "apply", "-f", "-", input=json.dumps(etcd_pod))
         cluster.wait_pod_phase(NS, "shared-etcd", "Running")
         endpoint = f"{cluster.pod_ip(NS, 'shared-etcd')}:2379"
@@ -470,20 +654,53 @@ def main() -> int:
         rows.append(
             (f"apply {args.jobs} jobs -> all have a status", f"{many['all_seen']:.1f} s", "", "")
         )
+        if args.hostile:
+            bad = hostile_reports(cluster, operator, args.hostile)
+            rows.append(
+                (
+                    f"operator RSS peak, {args.jobs} jobs, {args.hostile} hostile /status pods",
+                    f"{bad['rss_peak']:.0f} MiB",
+                    f"{bad['rss_before']:.0f} MiB (same jobs, no hostile pod)",
+                    f"{bad['rss_peak'] / bad['rss_before']:.2f}",
+                )
+            )
+            rows.append(
+                (
+                    f"reconcile steps per second, {args.hostile} hostile pods",
+                    f"{bad['rate_during']:.1f}/s",
+                    f"{bad['rate_before']:.1f}/s (no hostile pod)",
+                    f"{bad['rate_during'] / bad['rate_before']:.2f}",
+                )
+            )
+            rows.append(
+                (
+                    "jobs listing the hostile pod in status.invalidReports",
+                    f"{bad['flagged']:.0f} of {args.hostile}",
+                    "",
+                    "",
+                )
+            )
         clean(cluster)
 
-        width = max(len(r[0]) for r in rows)
-        print(f"\n{'measure':<{width}} | ElasticJob | peer | ratio")
-        print(f"{'-' * width} | --- | --- | ---")
-        for row in rows:
-            print(f"{row[0]:<{width}} | {row[1]} | {row[2]} | {row[3]}")
+    except _Done:
+        pass
     finally:
         if operator is not None:
             operator.stop()
         if own:
             cluster.stop()
             shutil.rmtree(cluster.config.state_dir, ignore_errors=True)
+    if rows:
+        width = max(len(r[0]) for r in rows)
+        print(f"\n{'measure':<{width}} | ElasticJob | peer | ratio")
+        print(f"{'-' * width} | --- | --- | ---")
+        for row in rows:
+            print(f"{row[0]:<{width}} | {row[1]} | {row[2]} | {row[3]}")
     return 0
+
+
+class _Done(Exception):
+    """The sections asked for are measured."""
 
 
 if __name__ == "__main__":

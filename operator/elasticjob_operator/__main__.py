@@ -2,19 +2,34 @@
 
 Flags: ``--namespace NS`` (repeatable) or ``--all-namespaces``, ``--liveness URL``,
 ``--verbose``. Other settings come from the environment (``settings.OperatorSettings``).
+
+With leader election (the default) the process first acquires the Lease, standing by (and
+answering its liveness probe) while another operator holds it; it runs kopf only while it holds
+the Lease, and exits at once (code ``LOST_LEADERSHIP``) when it loses it, so that two operators
+never act together.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import kopf
+from aiohttp import web
 
 from . import handlers  # noqa: F401 - importing registers the handlers with kopf
+from .election import Elector
+from .kube import Kube
 from .settings import OperatorSettings, SettingsError
+
+LOST_LEADERSHIP = 3
+"""Exit code when the Lease was lost: the Deployment restarts the pod as a standby."""
+
+log = logging.getLogger("elasticjob_operator")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -58,13 +73,67 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"http://0.0.0.0:{settings.health_port}/healthz" if settings.health_port else None
     )
 
-    kopf.run(
+    return asyncio.run(_serve(settings, namespaces, liveness))
+
+
+async def _serve(
+    settings: OperatorSettings, namespaces: Collection[str], liveness: str | None
+) -> int:
+    operator = kopf.operator(
         clusterwide=not namespaces,
         namespaces=namespaces,
         liveness_endpoint=liveness,
-        standalone=True,
+        standalone=True,  # kopf's own peering is off: the Lease below decides who acts
     )
+    if not settings.leader_election:
+        await operator
+        return 0
+    kube = await Kube.connect()
+    elector = Elector(
+        kube,
+        namespace=settings.lease_namespace,
+        name=settings.lease_name,
+        identity=settings.identity,
+        timings=settings.lease,
+    )
+    standby = await _standby_liveness(settings.health_port) if settings.health_port else None
+    try:
+        await elector.acquire()
+    except BaseException:
+        operator.close()
+        raise
+    finally:
+        if standby is not None:
+            await standby.cleanup()
+    running = asyncio.ensure_future(operator)
+    holding = asyncio.ensure_future(elector.hold())
+    await asyncio.wait({running, holding}, return_when=asyncio.FIRST_COMPLETED)
+    if holding.done():
+        # Stop acting at once: a graceful kopf shutdown would let daemons write for seconds
+        # while another operator may already act.
+        log.error("leadership lost (%s): exiting", holding.result())
+        logging.shutdown()
+        os._exit(LOST_LEADERSHIP)
+    holding.cancel()
+    await elector.release()
+    await kube.close()
+    running.result()
     return 0
+
+
+async def _standby_liveness(port: int) -> web.AppRunner:
+    """Answer ``/healthz`` while standing by (kopf's endpoint takes the port once leading)."""
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="standing by for the lease\n")
+
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    # Every address: the kubelet probes the pod IP.
+    await web.TCPSite(runner, "0.0.0.0", port).start()
+    return runner
 
 
 if __name__ == "__main__":

@@ -16,6 +16,8 @@ from elasticjob_agent.protocol.health import DEFAULT_HEALTH_PORT
 from .spec import JobSpec, SpecError
 
 AGENT = "elasticjob-agent"
+ETCD_TLS_DIR = "/etc/elasticjob/etcd-tls"
+"""Where worker pods mount the etcd client certificate (``ca.crt``, ``tls.crt``, ``tls.key``)."""
 POD_IP_ENV = "ELASTICJOB_POD_IP"
 _PYTHON = re.compile(r"^(.*/)?python(3(\.\d+)?)?$")
 _LAUNCHERS = ("torchrun", AGENT, "python -m torch.distributed.run")
@@ -33,6 +35,8 @@ class AgentTarget:
     run_id: str
     node_id: str
     nproc_per_node: int
+    tls: bool = False
+    """The agent speaks TLS to etcd with the client certificate under ``ETCD_TLS_DIR``."""
 
 
 def training_argv(command: Sequence[str], args: Sequence[str]) -> list[str]:
@@ -68,6 +72,16 @@ def agent_args(spec: JobSpec, target: AgentTarget, argv: Sequence[str]) -> list[
             f"close_timeout={rdzv.close_timeout_seconds}",
             f"heartbeat={rdzv.heartbeat_seconds}",
             f"key_prefix={spec.etcd.key_prefix}",
+            # torchrun's names for TLS to etcd (the endpoints are https:// then).
+            *(
+                [
+                    f"cacert={ETCD_TLS_DIR}/ca.crt",
+                    f"cert={ETCD_TLS_DIR}/tls.crt",
+                    f"key={ETCD_TLS_DIR}/tls.key",
+                ]
+                if target.tls
+                else []
+            ),
         ]
     )
     nccl = spec.nccl

@@ -20,6 +20,9 @@ class ConditionType(StrEnum):
     SUSPENDED = "Suspended"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
+    REQUEST_REJECTED = "RequestRejected"
+    """The API server refused a request of the operator (403, 422, 400), with its message;
+    the operator retries with a growing back-off until the cause is fixed."""
 
 
 def rfc3339(unix_time: float) -> str:
@@ -83,3 +86,10 @@ def find_condition(
 def is_true(conditions: Sequence[Mapping[str, Any]], type_: ConditionType) -> bool:
     cond = find_condition(conditions, type_)
     return cond is not None and cond.get("status") == "True"
+
+
+def stamp_generation(
+    conditions: Sequence[Mapping[str, Any]], generation: int
+) -> tuple[dict[str, Any], ...]:
+    """Every condition with ``observedGeneration``: the spec generation it was computed from."""
+    return tuple({**dict(c), "observedGeneration": generation} for c in conditions)

@@ -13,10 +13,9 @@ import time
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
-import aiohttp
 import kopf
 
-from . import metrics, names
+from . import metrics, names, probes
 from .kube import Kube, KubeError, PermanentKubeError
 from .manifests import JobRef
 from .observed import node_lost, pod_view
@@ -59,7 +58,7 @@ async def startup(*, settings: kopf.OperatorSettings, memo: Any, **_: Any) -> No
     settings.scanning.disabled = True  # no CRD watching: RBAC needs no customresourcedefinitions
     memo.settings = ours
     memo.kube = await Kube.connect()
-    memo.session = aiohttp.ClientSession()
+    memo.session = probes.new_session()
     metrics.serve(ours.metrics_port)
     log.info("elasticjob-operator started: %s", ours)
 
@@ -131,7 +130,8 @@ async def reconcile_job(
     loop = JobLoop(memo.kube, memo.session, job, settings.loop)
     wake = _wakeups.setdefault((namespace, name), asyncio.Event())
     stored = await memo.kube.get_job(namespace, name)
-    loop.adopt((stored or {}).get("status"))
+    loop.adopt(stored)
+    logger.info("reconcile loop started for %s/%s (uid %s)", namespace, name, uid)
     failed_spec_generation: int | None = None
     backoff = settings.loop.interval
     try:

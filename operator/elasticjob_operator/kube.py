@@ -7,8 +7,12 @@ same name counts as created) and deletes tolerate objects that are already gone.
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes_asyncio import client, config
@@ -16,6 +20,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from . import names
 from .conditions import rfc3339
+from .leadership import LeaseRecord
 from .manifests import JobRef
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -33,15 +38,49 @@ class TransientKubeError(KubeError):
 class PermanentKubeError(KubeError):
     """The request itself is wrong (invalid, forbidden): retrying cannot help."""
 
+    def __init__(
+        self, message: str, status: int = 0, server_message: str = "", what: str = ""
+    ) -> None:
+        super().__init__(message)
+        self.what = what or message
+        """The request, e.g. ``create Pod ns/name``."""
+        self.status = status
+        """The HTTP status (403, 422, ...), 0 when not from the API server."""
+        self.server_message = server_message
+        """The API server's own explanation (``Status.message``), for conditions and Events."""
+
+
+class ConflictKubeError(TransientKubeError):
+    """The object changed since it was read (409 on a write guarded by ``resourceVersion``)."""
+
+
+def server_message(body: Any) -> str:
+    """``Status.message`` of an API error body (JSON text), else the body's start."""
+    text = body.decode(errors="replace") if isinstance(body, bytes) else str(body or "")
+    try:
+        message = json.loads(text).get("message")
+    except (ValueError, AttributeError):
+        message = None
+    return str(message)[:1000] if message else text[:500]
+
 
 def _wrap(exc: Exception, what: str) -> KubeError:
     if isinstance(exc, ApiException):
         status = exc.status or 0
-        detail = f"{what}: HTTP {status} {exc.reason}: {(exc.body or '')[:500]!s}"
+        message = server_message(exc.body)
+        detail = f"{what}: HTTP {status} {exc.reason}: {message}"
         if status in (400, 403, 422):
-            return PermanentKubeError(detail)
+            return PermanentKubeError(detail, status, message, what)
+        if status == 409:
+            return ConflictKubeError(detail)
         return TransientKubeError(detail)
     return TransientKubeError(f"{what}: {exc!r}")
+
+
+@dataclass(frozen=True)
+class OwnedData:
+    data: dict[str, str]
+    controller_uid: str | None
 
 
 class Kube:
@@ -53,6 +92,8 @@ class Kube:
         # such as ``_content_type`` that its stubs do not declare.
         self._core: Any = client.CoreV1Api(api)
         self._custom: Any = client.CustomObjectsApi(api)
+        self._coordination: Any = client.CoordinationV1Api(api)
+        self._networking: Any = client.NetworkingV1Api(api)
 
     @classmethod
     async def connect(cls) -> Kube:
@@ -68,7 +109,8 @@ class Kube:
         await self._api.close()
 
     async def create(self, manifest: Mapping[str, Any]) -> bool:
-        """Create a Pod or Service; ``False`` when one of that name already exists."""
+        """Create a Pod, Service, Secret or NetworkPolicy; ``False`` when one of that name
+        already exists."""
         kind = manifest["kind"]
         ns = manifest["metadata"]["namespace"]
         name = manifest["metadata"]["name"]
@@ -77,6 +119,10 @@ class Kube:
                 await self._core.create_namespaced_pod(ns, dict(manifest))
             elif kind == "Service":
                 await self._core.create_namespaced_service(ns, dict(manifest))
+            elif kind == "Secret":
+                await self._core.create_namespaced_secret(ns, dict(manifest))
+            elif kind == "NetworkPolicy":
+                await self._networking.create_namespaced_network_policy(ns, dict(manifest))
             else:
                 raise PermanentKubeError(f"cannot create kind {kind!r}")
         except ApiException as exc:
@@ -114,11 +160,18 @@ class Kube:
         except (TimeoutError, OSError) as exc:
             raise _wrap(exc, f"annotate pod {namespace}/{name}") from exc
 
-    async def patch_job_status(self, job: JobRef, status: Mapping[str, Any]) -> None:
-        """Merge-patch ``status`` of the job (status subresource), guarded by the job's uid."""
-        body = {"metadata": {"uid": job.uid}, "status": dict(status)}
+    async def patch_job_status(
+        self, job: JobRef, status: Mapping[str, Any], resource_version: str | None = None
+    ) -> str | None:
+        """Merge-patch ``status`` of the job (status subresource), guarded by the job's uid and,
+        when given, by ``resource_version`` (``ConflictKubeError`` if the job changed since).
+        Returns the job's new ``resourceVersion``."""
+        metadata: dict[str, Any] = {"uid": job.uid}
+        if resource_version is not None:
+            metadata["resourceVersion"] = resource_version
+        body = {"metadata": metadata, "status": dict(status)}
         try:
-            await self._custom.patch_namespaced_custom_object_status(
+            result = await self._custom.patch_namespaced_custom_object_status(
                 names.GROUP,
                 names.VERSION,
                 job.namespace,
@@ -131,6 +184,25 @@ class Kube:
             raise _wrap(exc, f"patch status of {job.namespace}/{job.name}") from exc
         except (TimeoutError, OSError) as exc:
             raise _wrap(exc, f"patch status of {job.namespace}/{job.name}") from exc
+        version = ((result or {}).get("metadata") or {}).get("resourceVersion")
+        return str(version) if version else None
+
+    async def get_secret(self, namespace: str, name: str) -> OwnedData | None:
+        """A Secret's data (decoded) and its controller's uid; ``None`` when it does not exist."""
+        try:
+            secret = await self._core.read_namespaced_secret(name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise _wrap(exc, f"get Secret {namespace}/{name}") from exc
+        except (TimeoutError, OSError) as exc:
+            raise _wrap(exc, f"get Secret {namespace}/{name}") from exc
+        data = {
+            key: base64.b64decode(value).decode(errors="replace")
+            for key, value in (secret.data or {}).items()
+        }
+        owner = next((r.uid for r in secret.metadata.owner_references or [] if r.controller), None)
+        return OwnedData(data, owner)
 
     async def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
@@ -192,3 +264,69 @@ class Kube:
             raise _wrap(exc, f"post event {reason} for {job.namespace}/{job.name}") from exc
         except (TimeoutError, OSError) as exc:
             raise _wrap(exc, f"post event {reason} for {job.namespace}/{job.name}") from exc
+
+    # -- leader election -------------------------------------------------------------------------
+
+    async def read_lease(self, namespace: str, name: str) -> LeaseRecord:
+        """The Lease (``resource_version`` ``None`` when it does not exist)."""
+        try:
+            lease = await self._coordination.read_namespaced_lease(name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return LeaseRecord()
+            raise _wrap(exc, f"read lease {namespace}/{name}") from exc
+        except (TimeoutError, OSError) as exc:
+            raise _wrap(exc, f"read lease {namespace}/{name}") from exc
+        spec = lease.spec
+        return LeaseRecord(
+            holder=spec.holder_identity or "",
+            duration_seconds=int(spec.lease_duration_seconds or 15),
+            acquire_time=_stamp(spec.acquire_time),
+            renew_time=_stamp(spec.renew_time),
+            transitions=int(spec.lease_transitions or 0),
+            resource_version=lease.metadata.resource_version,
+        )
+
+    async def write_lease(self, namespace: str, name: str, record: LeaseRecord) -> bool:
+        """Create (no ``resource_version``) or replace the Lease guarded by ``resource_version``;
+        ``False`` when another writer got there first (409)."""
+        metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+        if record.resource_version is not None:
+            metadata["resourceVersion"] = record.resource_version
+        body = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": metadata,
+            "spec": {
+                "holderIdentity": record.holder,
+                "leaseDurationSeconds": record.duration_seconds,
+                "acquireTime": record.acquire_time,
+                "renewTime": record.renew_time,
+                "leaseTransitions": record.transitions,
+            },
+        }
+        try:
+            if record.resource_version is None:
+                await self._coordination.create_namespaced_lease(namespace, body)
+            else:
+                await self._coordination.replace_namespaced_lease(name, namespace, body)
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise _wrap(exc, f"write lease {namespace}/{name}") from exc
+        except (TimeoutError, OSError) as exc:
+            raise _wrap(exc, f"write lease {namespace}/{name}") from exc
+        return True
+
+
+def micro_time(unix_time: float) -> str:
+    """A ``MicroTime`` (the Lease's timestamps): RFC 3339 with microseconds."""
+    return datetime.fromtimestamp(unix_time, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _stamp(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return str(value)

@@ -13,11 +13,20 @@ from typing import Any
 from elasticjob_agent.protocol.health import DEFAULT_HEALTH_PORT
 
 from . import names
-from .agent_command import AGENT, POD_IP_ENV, AgentTarget, agent_args, training_argv
+from .agent_command import (
+    AGENT,
+    ETCD_TLS_DIR,
+    POD_IP_ENV,
+    AgentTarget,
+    agent_args,
+    training_argv,
+)
 from .spec import EtcdMode, JobSpec, SpecError
 
 GPU_RESOURCE = "nvidia.com/gpu"
 ETCD_DATA_ROOT = "/var/lib/elasticjob-etcd"
+ETCD_TLS_VOLUME = "elasticjob-etcd-tls"
+ETCD_SERVER_TLS_DIR = "/etc/etcd/tls"
 
 
 @dataclass(frozen=True)
@@ -44,11 +53,40 @@ class JobRef:
 
 
 def rdzv_endpoints(job: JobRef, spec: JobSpec) -> tuple[str, ...]:
-    """etcd client endpoints the agents use: the managed Service or the external list."""
+    """etcd client endpoints the agents use: the managed Service or the external list, as
+    ``https://host:port`` when the job's etcd speaks TLS (never silently downgraded)."""
     if spec.etcd.mode is EtcdMode.EXTERNAL:
-        return spec.etcd.endpoints
-    service = names.etcd_service_name(job.name)
-    return (f"{service}.{job.namespace}.svc:{names.ETCD_CLIENT_PORT}",)
+        hosts = spec.etcd.endpoints
+    else:
+        service = names.etcd_service_name(job.name)
+        hosts = (f"{service}.{job.namespace}.svc:{names.ETCD_CLIENT_PORT}",)
+    return tuple(f"https://{h}" for h in hosts) if spec.etcd.tls else hosts
+
+
+def etcd_tls_secret(job: JobRef, spec: JobSpec) -> str | None:
+    """The Secret with the client certificate the job's agents present, if its etcd is TLS."""
+    if not spec.etcd.tls:
+        return None
+    if spec.etcd.mode is EtcdMode.EXTERNAL:
+        return spec.etcd.tls_secret_name
+    return names.etcd_tls_secret_name(job.name)
+
+
+def build_etcd_tls_secret(job: JobRef, data: Mapping[str, str]) -> dict[str, Any]:
+    """The Secret of the managed etcd's certificates (``pki.JobPki.secret_data()``), owned by
+    the job: deleted with it, never rewritten while it lives."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": names.etcd_tls_secret_name(job.name),
+            "namespace": job.namespace,
+            "labels": {names.LABEL_JOB: job.name},
+            "ownerReferences": [job.owner_reference()],
+        },
+        "stringData": dict(data),
+    }
 
 
 def gpus_per_node(spec: JobSpec) -> int:
@@ -88,11 +126,13 @@ def build_worker_pod(job: JobRef, spec: JobSpec, index: int, attempt: int) -> di
     containers = [dict(c) for c in pod_spec["containers"]]
     trainer = containers[spec.trainer_index]
 
+    secret = etcd_tls_secret(job, spec)
     target = AgentTarget(
         rdzv_endpoints=rdzv_endpoints(job, spec),
         run_id=job.run_id,
         node_id=name,
         nproc_per_node=nproc_per_node(spec),
+        tls=secret is not None,
     )
     argv = training_argv(trainer.get("command", []), trainer.get("args", []))
     trainer["command"] = [AGENT]
@@ -113,6 +153,29 @@ def build_worker_pod(job: JobRef, spec: JobSpec, index: int, attempt: int) -> di
         limits.setdefault(GPU_RESOURCE, gpus)
         resources["limits"] = limits
         trainer["resources"] = resources
+    if secret is not None:
+        # Only the client side of the Secret: the server key stays with etcd.
+        trainer["volumeMounts"] = [
+            *[m for m in trainer.get("volumeMounts", []) if m.get("name") != ETCD_TLS_VOLUME],
+            {"name": ETCD_TLS_VOLUME, "mountPath": ETCD_TLS_DIR, "readOnly": True},
+        ]
+        client_files = (
+            [("ca.crt", "ca.crt"), ("client.crt", "tls.crt"), ("client.key", "tls.key")]
+            if spec.etcd.mode is EtcdMode.MANAGED
+            else [("ca.crt", "ca.crt"), ("tls.crt", "tls.crt"), ("tls.key", "tls.key")]
+        )
+        pod_spec["volumes"] = [
+            *[v for v in pod_spec.get("volumes", []) if v.get("name") != ETCD_TLS_VOLUME],
+            {
+                "name": ETCD_TLS_VOLUME,
+                "secret": {
+                    "secretName": secret,
+                    # Readable whatever user the trainer runs as; the pod is one tenant's.
+                    "defaultMode": 0o444,
+                    "items": [{"key": k, "path": p} for k, p in client_files],
+                },
+            },
+        ]
     containers[spec.trainer_index] = trainer
 
     pod_spec["containers"] = containers
@@ -143,6 +206,9 @@ def build_worker_pod(job: JobRef, spec: JobSpec, index: int, attempt: int) -> di
 def build_etcd_pod(job: JobRef, spec: JobSpec, generation: int) -> dict[str, Any]:
     """The managed single-member etcd of a job; a new generation starts with empty data."""
     name = names.etcd_pod_name(job.name, generation)
+    tls = spec.etcd.tls
+    scheme = "https" if tls else "http"
+    service = f"{names.etcd_service_name(job.name)}.{job.namespace}.svc"
     container: dict[str, Any] = {
         "name": "etcd",
         "image": spec.etcd.image,
@@ -150,18 +216,49 @@ def build_etcd_pod(job: JobRef, spec: JobSpec, generation: int) -> dict[str, Any
             "etcd",
             f"--name={name}",
             f"--data-dir={ETCD_DATA_ROOT}/$(POD_UID)",
-            f"--listen-client-urls=http://0.0.0.0:{names.ETCD_CLIENT_PORT}",
-            f"--advertise-client-urls=http://$(POD_IP):{names.ETCD_CLIENT_PORT}",
+            f"--listen-client-urls={scheme}://0.0.0.0:{names.ETCD_CLIENT_PORT}",
+            f"--advertise-client-urls={scheme}://{service}:{names.ETCD_CLIENT_PORT}",
             "--listen-peer-urls=http://127.0.0.1:2380",
             "--initial-advertise-peer-urls=http://127.0.0.1:2380",
             f"--initial-cluster={name}=http://127.0.0.1:2380",
+            f"--listen-metrics-urls=http://0.0.0.0:{names.ETCD_METRICS_PORT}",
+            *(
+                [
+                    # Mutual TLS: only holders of a certificate signed by the job's own CA.
+                    "--client-cert-auth",
+                    f"--trusted-ca-file={ETCD_SERVER_TLS_DIR}/ca.crt",
+                    f"--cert-file={ETCD_SERVER_TLS_DIR}/tls.crt",
+                    f"--key-file={ETCD_SERVER_TLS_DIR}/tls.key",
+                ]
+                if tls
+                else []
+            ),
         ],
         "env": [
             {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
             {"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
         ],
-        "ports": [{"name": "client", "containerPort": names.ETCD_CLIENT_PORT, "protocol": "TCP"}],
-        "volumeMounts": [{"name": "data", "mountPath": ETCD_DATA_ROOT}],
+        "ports": [
+            {"name": "client", "containerPort": names.ETCD_CLIENT_PORT, "protocol": "TCP"},
+            {"name": "metrics", "containerPort": names.ETCD_METRICS_PORT, "protocol": "TCP"},
+        ],
+        "volumeMounts": [
+            {"name": "data", "mountPath": ETCD_DATA_ROOT},
+            *(
+                [{"name": ETCD_TLS_VOLUME, "mountPath": ETCD_SERVER_TLS_DIR, "readOnly": True}]
+                if tls
+                else []
+            ),
+        ],
+        # A second witness of readiness besides the operator's own probe (planning trusts
+        # either). Informational only: the Service publishes not-ready addresses, so a probe
+        # that flakes under load never takes etcd away from the agents.
+        "readinessProbe": {
+            "httpGet": {"path": "/health", "port": names.ETCD_METRICS_PORT},
+            "periodSeconds": 2,
+            "timeoutSeconds": 5,
+            "failureThreshold": 3,
+        },
     }
     if spec.etcd.resources:
         container["resources"] = copy.deepcopy(dict(spec.etcd.resources))
@@ -180,7 +277,25 @@ def build_etcd_pod(job: JobRef, spec: JobSpec, generation: int) -> dict[str, Any
         "spec": {
             "restartPolicy": "Never",
             "containers": [container],
-            "volumes": [{"name": "data", "emptyDir": {}}],
+            "volumes": [
+                {"name": "data", "emptyDir": {}},
+                *(
+                    [
+                        {
+                            "name": ETCD_TLS_VOLUME,
+                            "secret": {
+                                "secretName": names.etcd_tls_secret_name(job.name),
+                                "defaultMode": 0o440,
+                                "items": [
+                                    {"key": k, "path": k} for k in ("ca.crt", "tls.crt", "tls.key")
+                                ],
+                            },
+                        }
+                    ]
+                    if tls
+                    else []
+                ),
+            ],
         },
     }
 
@@ -198,6 +313,7 @@ def build_etcd_service(job: JobRef) -> dict[str, Any]:
         },
         "spec": {
             "selector": names.etcd_selector(job.name),
+            "publishNotReadyAddresses": True,
             "ports": [
                 {
                     "name": "client",

@@ -29,6 +29,8 @@ ROLE_WORKER = "worker"
 ROLE_ETCD = "etcd"
 
 ETCD_CLIENT_PORT = 2379
+ETCD_METRICS_PORT = 2381
+"""Plain-HTTP ``/health`` and ``/metrics`` of the managed etcd (its readiness probe)."""
 HEALTH_PORT_NAME = "health"
 
 _POD_NAME = re.compile(r"^(?P<job>.+)-worker-(?P<index>\d+)-(?P<attempt>\d+)$")
@@ -53,6 +55,19 @@ def etcd_pod_name(job: str, generation: int) -> str:
 
 
 def etcd_service_name(job: str) -> str:
+    return f"{job}-etcd"
+
+
+def etcd_tls_secret_name(job: str) -> str:
+    """Secret holding the managed etcd's CA, server and client certificates (``pki.py``)."""
+    return f"{job}-etcd-tls"
+
+
+def workers_network_policy_name(job: str) -> str:
+    return f"{job}-workers"
+
+
+def etcd_network_policy_name(job: str) -> str:
     return f"{job}-etcd"
 
 

@@ -47,6 +47,8 @@ class PodView:
     evicted: bool = False
     joined: bool = False
     """Its agent was seen in a completed round (annotation ``names.ANNOTATION_JOINED``)."""
+    ready: bool = False
+    """The kubelet reports the pod ``Ready`` (for etcd: its readiness probe on ``/health``)."""
 
     @property
     def terminal(self) -> bool:
@@ -61,6 +63,8 @@ class Observed:
     etcd_pods: tuple[PodView, ...] = ()
     reports: Mapping[str, HealthReport] = field(default_factory=dict)
     """Health reports by worker pod name (only pods that answered with a valid report)."""
+    invalid_reports: Mapping[str, str] = field(default_factory=dict)
+    """Why a pod's answer was refused as a health report, by pod name (untrusted input)."""
     lost_nodes: frozenset[str] = frozenset()
     """Nodes whose ``Ready`` condition is not True, or that no longer exist."""
     etcd_reachable: bool | None = None
@@ -91,7 +95,10 @@ def pod_view(pod: Mapping[str, Any]) -> PodView | None:
     except ValueError:
         phase = PodPhase.UNKNOWN
     unschedulable = None
+    ready = False
     for cond in status.get("conditions") or []:
+        if cond.get("type") == "Ready":
+            ready = cond.get("status") == "True"
         if (
             cond.get("type") == "PodScheduled"
             and cond.get("status") == "False"
@@ -114,6 +121,7 @@ def pod_view(pod: Mapping[str, Any]) -> PodView | None:
         finished_at=finished_at,
         evicted=status.get("reason") == "Evicted",
         joined=names.ANNOTATION_JOINED in (meta.get("annotations") or {}),
+        ready=ready and phase is PodPhase.RUNNING,
     )
 
 

@@ -9,15 +9,15 @@ between any two steps therefore neither duplicates an object nor loses or double
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from elasticjob_agent.protocol.exit_codes import ExitCode
 from elasticjob_agent.protocol.health import AgentState, HealthReport
 from elasticjob_agent.protocol.keys import JobKeys
 
-from . import manifests, names, restarts
-from .conditions import ConditionType, set_condition
+from . import manifests, names, restarts, seeding
+from .conditions import ConditionType, find_condition, set_condition, stamp_generation
 from .observed import Observed, PodPhase, PodView
 from .spec import CleanPodPolicy, EtcdMode, JobSpec
 from .stall import EtcdView, Stall, StallSettings, classify
@@ -50,8 +50,8 @@ class WriteSeed:
     """Write the restart seed into a recreated etcd, then record ``seededGeneration``."""
 
     endpoint: str
-    key: str
-    value: str
+    keys: seeding.SeedKeys
+    seed: Mapping[str, int]
     generation: int
 
 
@@ -119,8 +119,85 @@ def plan(
     """Decide the next status and actions of one job.
 
     ``observed`` holds only objects owned by this job incarnation (uid); ``services`` the names of
-    its existing Services. Nothing here performs I/O or reads the clock.
+    its existing Services. Nothing here performs I/O or reads the clock. Every condition of the
+    result carries ``observedGeneration`` = ``generation``.
     """
+    result = _plan(
+        job,
+        spec=spec,
+        generation=generation,
+        status=status,
+        observed=observed,
+        now=now,
+        settings=settings,
+        services=services,
+    )
+    conditions = stamp_generation(result.status.conditions, generation)
+    return replace(result, status=result.status.evolve(conditions=conditions))
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """The API server refused one of the operator's requests."""
+
+    what: str
+    """The request, e.g. ``create Pod ns/name``."""
+    http_status: int
+    message: str
+    """The server's own explanation."""
+
+    @property
+    def reason(self) -> str:
+        return {400: "BadRequest", 403: "Forbidden", 422: "Invalid"}.get(
+            self.http_status, f"HTTP{self.http_status}"
+        )
+
+
+def note_rejection(
+    status: JobStatus, rejection: Rejection | None, *, now: float, generation: int
+) -> tuple[JobStatus, Event | None]:
+    """Record (or clear) the ``RequestRejected`` condition; the Event to post when it turns
+    True or its message changes (not on every retry)."""
+    before = find_condition(status.conditions, ConditionType.REQUEST_REJECTED)
+    if rejection is None:
+        if before is None or before.get("status") != "True":
+            return status, None
+        conds = set_condition(
+            status.conditions,
+            ConditionType.REQUEST_REJECTED,
+            False,
+            "Accepted",
+            "the API server accepts the operator's requests again",
+            now=now,
+            generation=generation,
+        )
+        return status.evolve(conditions=tuple(conds)), None
+    message = f"{rejection.what}: {rejection.message}"[:1024]
+    conds = set_condition(
+        status.conditions,
+        ConditionType.REQUEST_REJECTED,
+        True,
+        rejection.reason,
+        message,
+        now=now,
+        generation=generation,
+    )
+    fresh = before is None or before.get("status") != "True" or before.get("message") != message
+    event = Event("Warning", rejection.reason, message) if fresh else None
+    return status.evolve(conditions=tuple(conds)), event
+
+
+def _plan(
+    job: manifests.JobRef,
+    *,
+    spec: JobSpec,
+    generation: int,
+    status: JobStatus,
+    observed: Observed,
+    now: float,
+    settings: StallSettings | None = None,
+    services: frozenset[str] = frozenset(),
+) -> Plan:
     settings = settings or StallSettings()
     draft = _Draft(
         status.evolve(
@@ -137,6 +214,7 @@ def plan(
         return draft.freeze()
 
     _merge_reports(draft, observed)
+    _note_invalid_reports(draft, observed)
     _mark_joined(draft, observed)
 
     failure = _terminal_failure(spec, draft.status, workers, now)
@@ -227,6 +305,33 @@ def _merge_reports(draft: _Draft, observed: Observed) -> None:
                 f"{restarts.total(merged)}, failures {restarts.failures(merged)}",
             )
     draft.status = draft.status.evolve(restarts=merged)
+
+
+MAX_INVALID_REPORTS = 16
+"""Pods listed in ``status.invalidReports`` at most (the status stays small whatever pods send)."""
+MAX_REASON_CHARS = 200
+
+
+def _note_invalid_reports(draft: _Draft, observed: Observed) -> None:
+    """List pods whose answer was refused (untrusted input), with an Event when one turns bad.
+
+    A pod that did not answer at all in this step keeps its entry (no news); one that answered
+    with a valid report, or is gone, loses it.
+    """
+    alive = {p.name for p in observed.workers}
+    before = draft.status.invalid_reports
+    now = {
+        pod: reason
+        for pod, reason in before.items()
+        if pod in alive and pod not in observed.reports and pod not in observed.invalid_reports
+    }
+    for pod, reason in observed.invalid_reports.items():
+        now[pod] = reason[:MAX_REASON_CHARS]
+    kept = dict(sorted(now.items())[:MAX_INVALID_REPORTS])
+    for pod, reason in kept.items():
+        if before.get(pod) != reason:
+            draft.event("Warning", "InvalidHealthReport", f"pod {pod}: {reason}")
+    draft.status = draft.status.evolve(invalid_reports=kept)
 
 
 def _mark_joined(draft: _Draft, observed: Observed) -> None:
@@ -455,6 +560,14 @@ def _manage_etcd(
             top, state.ready_generation, state.seeded_generation, state.unreachable_since
         )
     current = by_generation.get(state.generation)
+    if (
+        current is not None
+        and state.ready_generation != state.generation
+        and _served(current, observed, draft.status.run_id, state.generation)
+    ):
+        state = EtcdState(
+            state.generation, state.generation, state.seeded_generation, state.unreachable_since
+        )
     ever_ready = state.ready_generation == state.generation
     lost = (
         (current is not None and current.terminal)
@@ -464,16 +577,16 @@ def _manage_etcd(
         or (
             current is not None
             and ever_ready
-            and state.unreachable_since is not None
-            and now - state.unreachable_since >= settings.etcd_unavailable_after
+            and _unreachable(
+                current, state, observed, draft.status.run_id, now=now, settings=settings
+            )
         )
     )
     endpoint = manifests.rdzv_endpoints(job, spec)[0]
     if lost:
         old = state.generation
-        state = EtcdState(
-            old + 1, state.ready_generation, state.seeded_generation, state.unreachable_since
-        )
+        # The new generation's outage clock starts with its own first failed probe.
+        state = EtcdState(old + 1, state.ready_generation, state.seeded_generation, None)
         counts = restarts.bump(draft.status.restarts, restarts.ETCD_RECOVERED)
         draft.status = draft.status.evolve(restarts=counts)
         draft.commit_first = True
@@ -494,7 +607,7 @@ def _manage_etcd(
             draft.actions.append(DeletePod(pod.name, force=True))  # its data is abandoned anyway
     if (
         current is not None
-        and observed.etcd_reachable is True
+        and (observed.etcd_reachable is True or current.ready)
         and state.generation > state.seeded_generation
         and current.ip
     ):
@@ -502,8 +615,8 @@ def _manage_etcd(
         draft.actions.append(
             WriteSeed(
                 f"{current.ip}:{names.ETCD_CLIENT_PORT}",
-                keys.restart_seed,
-                restarts.seed_json(draft.status.restarts),
+                seeding.SeedKeys.of(keys),
+                restarts.seed_counts(draft.status.restarts),
                 state.generation,
             )
         )
@@ -518,6 +631,55 @@ def _manage_etcd(
         if state.generation > 0 and state.ready_generation != state.generation
         else None,
     )
+
+
+def _served(etcd: PodView, observed: Observed, run_id: str, generation: int) -> bool:
+    """Whether managed etcd ``generation`` (pod ``etcd``) is known to have been up.
+
+    The operator's own probe is one witness (recorded by the caller); this adds two more, so
+    that remediation never hangs on the operator's probe alone (it can fail for reasons of
+    its own: load, a network path of its own). The kubelet's readiness probe vouches for any
+    generation. A worker group running in a round vouches only for generation 0: no other
+    etcd ever served the job, whereas after a recreation an agent may still report a round
+    formed on the lost generation.
+    """
+    if etcd.ready:
+        return True
+    return generation == 0 and any(
+        r.run_id == run_id and r.state is AgentState.RUNNING and r.round is not None
+        for r in observed.reports.values()
+    )
+
+
+def _unreachable(
+    etcd: PodView,
+    state: EtcdState,
+    observed: Observed,
+    run_id: str,
+    *,
+    now: float,
+    settings: StallSettings,
+) -> bool:
+    """Whether a managed etcd that was up is now lost to the job through the network.
+
+    Lost when nobody reaches it: neither the operator's probe in this step, nor the kubelet's
+    readiness probe, nor any agent; and either the operator's probe has failed for
+    ``etcd_unavailable_after`` or an agent has been cut off for as long. An etcd that someone
+    else still reaches is left alone, whatever the operator's probe says: replacing it would
+    cost the job a restart and cure nothing.
+    """
+    if observed.etcd_reachable is True or etcd.ready:
+        return False
+    reports = [r for r in observed.reports.values() if r.run_id == run_id]
+    if any(r.etcd.reachable for r in reports):
+        return False
+    after = settings.etcd_unavailable_after
+    probe_out = state.unreachable_since is not None and now - state.unreachable_since >= after
+    agents_out = any(
+        r.etcd.unreachable_since is not None and now - r.etcd.unreachable_since >= after
+        for r in reports
+    )
+    return probe_out or agents_out
 
 
 def _current_workers(pods: Sequence[PodView], attempts: Mapping[int, int]) -> dict[int, PodView]:

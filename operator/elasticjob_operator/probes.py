@@ -1,72 +1,267 @@
 """Network I/O towards the workloads: agents' health reports, etcd probes, the restart seed.
 
 Every call is bounded by a short timeout and reports failure as a value, never by raising, so one
-dead pod cannot hold up the loop that watches a whole job.
+dead (or hostile) pod cannot hold up the loop that watches a whole job. What a pod sends is
+untrusted input: a report body is read up to ``MAX_REPORT_BYTES`` and no further (the cap holds
+while reading, so a huge body costs the operator at most that much), never decompressed, and
+parsed strictly (``HealthReport.loads``). etcd is reached through its JSON gateway (``/health``,
+``/v3/kv/...``) with ``aiohttp``, so one TLS context (the job's client certificate) serves the
+probe and the seed alike.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import logging
+import ssl
+import tempfile
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
-import aetcd
 import aiohttp
-from elasticjob_agent.protocol.health import DEFAULT_HEALTH_PORT, HealthReport, HealthReportError
+from elasticjob_agent.protocol.health import (
+    DEFAULT_HEALTH_PORT,
+    MAX_REPORT_BYTES,
+    HealthReport,
+    HealthReportError,
+)
+
+from . import seeding
 
 log = logging.getLogger(__name__)
 
+_CHUNK = 8192
+
+
+def new_session() -> aiohttp.ClientSession:
+    """The operator's session towards pods: no automatic decompression (a small gzip body can
+    inflate to gigabytes), small header limits, no cookies kept between pods."""
+    return aiohttp.ClientSession(
+        auto_decompress=False,
+        read_bufsize=64 * 1024,
+        max_line_size=4096,
+        max_field_size=4096,
+        max_headers=32,
+        cookie_jar=aiohttp.DummyCookieJar(),
+    )
+
+
+@dataclass(frozen=True)
+class Reports:
+    """The outcome of polling a job's agents."""
+
+    valid: dict[str, HealthReport] = field(default_factory=dict)
+    """Reports by pod name."""
+    invalid: dict[str, str] = field(default_factory=dict)
+    """Why a pod's answer was refused, by pod name (pods that did not answer are in neither)."""
+
+
+async def read_capped(response: aiohttp.ClientResponse, limit: int) -> bytes:
+    """The body of ``response``, raising ``HealthReportError`` as soon as it exceeds ``limit``."""
+    encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):
+        raise HealthReportError(f"health report has Content-Encoding {encoding[:40]!r}")
+    declared = response.content_length
+    if declared is not None and declared > limit:
+        raise HealthReportError(f"health report declares {declared} bytes (limit {limit})")
+    body = bytearray()
+    async for chunk in response.content.iter_chunked(_CHUNK):
+        body += chunk
+        if len(body) > limit:
+            raise HealthReportError(f"health report is larger than {limit} bytes")
+    return bytes(body)
+
 
 async def fetch_report(
-    session: aiohttp.ClientSession, ip: str, within: float = 1.0
-) -> HealthReport | None:
-    """The agent's ``/status`` on ``ip``; ``None`` unless it answers with a valid report."""
-    url = f"http://{ip}:{DEFAULT_HEALTH_PORT}/status"
+    session: aiohttp.ClientSession, ip: str, within: float = 1.0, port: int = DEFAULT_HEALTH_PORT
+) -> HealthReport | str | None:
+    """The agent's ``/status`` on ``ip``: the report, why it was refused (a ``str``), or ``None``
+    when the agent did not answer (not listening yet, no 200, timed out before its headers)."""
+    url = f"http://{ip}:{port}/status"
+    headers_seen = False
     try:
-        async with session.get(url, timeout=aiohttp.ClientTimeout(total=within)) as response:
-            if response.status != 200:
-                return None
-            return HealthReport.loads(await response.read())
+        async with asyncio.timeout(within):
+            async with session.get(url, allow_redirects=False) as response:
+                headers_seen = True
+                if response.status != 200:
+                    return None
+                try:
+                    body = await read_capped(response, MAX_REPORT_BYTES)
+                except HealthReportError:
+                    response.close()  # drop the connection rather than drain a hostile body
+                    raise
+                return HealthReport.loads(body)
     except HealthReportError as exc:
-        log.warning("agent at %s sent an invalid health report: %s", ip, exc)
-        return None
-    except (TimeoutError, aiohttp.ClientError, OSError):
-        return None
+        return str(exc)
+    except TimeoutError:
+        return f"health report not complete within {within:g} s" if headers_seen else None
+    except (aiohttp.ClientResponseError, aiohttp.ClientPayloadError) as exc:
+        # The pod answered, with something that is not HTTP we accept (header limits, a bad
+        # status line, a broken body).
+        return f"malformed HTTP response: {str(getattr(exc, 'message', exc))[:200]}"
+    except (aiohttp.ClientError, OSError, ValueError):
+        return None  # not listening, refused, reset: no answer
 
 
 async def fetch_reports(
-    session: aiohttp.ClientSession, pods: Mapping[str, str], within: float = 1.0
-) -> dict[str, HealthReport]:
-    """Reports of the pods ``{name: ip}`` that answered, fetched concurrently."""
+    session: aiohttp.ClientSession,
+    pods: Mapping[str, str],
+    within: float = 1.0,
+    port: int = DEFAULT_HEALTH_PORT,
+) -> Reports:
+    """Reports of the pods ``{name: ip}``, fetched concurrently."""
     names = list(pods)
-    results = await asyncio.gather(*(fetch_report(session, pods[n], within) for n in names))
-    return {n: r for n, r in zip(names, results, strict=True) if r is not None}
+    results = await asyncio.gather(*(fetch_report(session, pods[n], within, port) for n in names))
+    out = Reports()
+    for name, result in zip(names, results, strict=True):
+        if isinstance(result, HealthReport):
+            out.valid[name] = result
+        elif isinstance(result, str):
+            out.invalid[name] = result
+    return out
+
+
+def _url(endpoint: str, tls: EtcdTls | None, path: str) -> str:
+    """``endpoint`` is ``host:port`` or a URL; the scheme follows ``tls`` when it has none."""
+    if "://" in endpoint:
+        return endpoint.rstrip("/") + path
+    return f"{'https' if tls is not None else 'http'}://{endpoint}{path}"
+
+
+@dataclass(frozen=True)
+class EtcdTls:
+    """How the operator speaks TLS to a job's etcd: the job's CA and client certificate, and
+    the name to check the server's certificate against when connecting to a pod IP."""
+
+    context: ssl.SSLContext
+    server_hostname: str | None = None
+
+
+def client_tls(ca: str, cert: str, key: str, server_hostname: str | None = None) -> EtcdTls:
+    """A TLS context that trusts only ``ca`` and presents ``cert``/``key`` (PEM texts)."""
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cadata=ca)
+    # ssl loads a key pair from files only: a private directory that lives for this call.
+    with tempfile.TemporaryDirectory(prefix="elasticjob-tls-") as folder:
+        cert_path, key_path = Path(folder, "tls.crt"), Path(folder, "tls.key")
+        for path, text in ((cert_path, cert), (key_path, key)):
+            path.touch(mode=0o600)
+            path.write_text(text)
+        context.load_cert_chain(cert_path, key_path)
+    return EtcdTls(context, server_hostname)
+
+
+def _tls_kwargs(tls: EtcdTls | None) -> dict[str, Any]:
+    if tls is None:
+        return {}
+    kwargs: dict[str, Any] = {"ssl": tls.context}
+    if tls.server_hostname is not None:
+        kwargs["server_hostname"] = tls.server_hostname
+    return kwargs
 
 
 async def probe_etcd(
-    session: aiohttp.ClientSession, endpoints: Iterable[str], within: float = 1.0
+    session: aiohttp.ClientSession,
+    endpoints: Iterable[str],
+    within: float = 1.0,
+    tls: EtcdTls | None = None,
 ) -> bool:
-    """Whether any ``host:port`` endpoint answers etcd's ``/health`` with a healthy member."""
+    """Whether any endpoint answers etcd's ``/health`` with a healthy member."""
     for endpoint in endpoints:
-        url = f"http://{endpoint}/health"
         try:
-            async with session.get(url, timeout=aiohttp.ClientTimeout(total=within)) as response:
-                body = await response.json(content_type=None)
-                if response.status == 200 and str(body.get("health")) == "true":
-                    return True
-        except (TimeoutError, aiohttp.ClientError, OSError, ValueError, AttributeError):
+            async with asyncio.timeout(within):
+                async with session.get(
+                    _url(endpoint, tls, "/health"), allow_redirects=False, **_tls_kwargs(tls)
+                ) as response:
+                    body = json.loads(await read_capped(response, 4096))
+                    if response.status == 200 and str(body.get("health")) == "true":
+                        return True
+        except (
+            TimeoutError,
+            aiohttp.ClientError,
+            OSError,
+            ValueError,
+            AttributeError,
+            HealthReportError,
+        ):
             continue
     return False
 
 
-async def write_seed(endpoint: str, key: str, value: str, within: float = 3.0) -> bool:
-    """Put the restart seed into the etcd at ``host:port``; ``False`` when it could not."""
-    host, _, port = endpoint.rpartition(":")
+def _b64(data: str) -> str:
+    return base64.b64encode(data.encode()).decode()
+
+
+async def _gateway(
+    session: aiohttp.ClientSession,
+    endpoint: str,
+    tls: EtcdTls | None,
+    path: str,
+    request: Mapping[str, Any],
+) -> dict[str, Any]:
+    async with session.post(
+        _url(endpoint, tls, path), json=request, allow_redirects=False, **_tls_kwargs(tls)
+    ) as response:
+        body = json.loads(await read_capped(response, 1024 * 1024))
+        if response.status != 200 or not isinstance(body, dict):
+            raise ValueError(f"etcd {path}: HTTP {response.status}: {str(body)[:200]}")
+        return body
+
+
+async def write_seed(
+    session: aiohttp.ClientSession,
+    endpoint: str,
+    keys: seeding.SeedKeys,
+    seed: Mapping[str, int],
+    *,
+    within: float = 5.0,
+    tls: EtcdTls | None = None,
+) -> bool:
+    """Seed the restart counters of a recreated etcd (``seeding.plan_seed``); ``False`` when it
+    could not (the caller retries on its next step). Idempotent: a seeded etcd is left alone."""
     try:
         async with asyncio.timeout(within):
-            async with aetcd.Client(host=host, port=int(port), timeout=max(1, int(within))) as etcd:
-                await etcd.put(key.encode(), value.encode())
-    except Exception as exc:
+            for _ in range(5):  # an agent's concurrent increment makes the guard fail: re-read
+                stored: dict[str, seeding.Stored] = {}
+                for key in (keys.seed, *keys.counters.values()):
+                    got = await _gateway(session, endpoint, tls, "/v3/kv/range", {"key": _b64(key)})
+                    for kv in got.get("kvs", [])[:1]:
+                        stored[key] = seeding.Stored(
+                            base64.b64decode(kv.get("value", "")).decode(),
+                            int(kv.get("mod_revision", 0)),
+                        )
+                txn = seeding.plan_seed(keys, seed, stored)
+                if txn is None:
+                    return True
+                done = await _gateway(
+                    session,
+                    endpoint,
+                    tls,
+                    "/v3/kv/txn",
+                    {
+                        "compare": [
+                            {
+                                "key": _b64(key),
+                                "target": "MOD",
+                                "result": "EQUAL",
+                                "mod_revision": str(revision),
+                            }
+                            for key, revision in txn.guards.items()
+                        ],
+                        "success": [
+                            {"request_put": {"key": _b64(key), "value": _b64(value)}}
+                            for key, value in txn.puts.items()
+                        ],
+                    },
+                )
+                if done.get("succeeded"):
+                    return True
+    except (TimeoutError, aiohttp.ClientError, OSError, ValueError, KeyError) as exc:
+        # ValueError includes seeding.SeedStateError (a corrupt counter): logged, retried.
         log.warning("cannot write restart seed to etcd at %s: %r", endpoint, exc)
         return False
-    return True
+    log.warning("cannot write restart seed to etcd at %s: it kept changing", endpoint)
+    return False

@@ -9,20 +9,28 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
 
-from . import metrics, names, planning, probes
-from .kube import Kube, KubeError
+from . import manifests, metrics, names, pki, planning, probes
+from .kube import ConflictKubeError, Kube, KubeError, PermanentKubeError
 from .manifests import JobRef, owned_by
+from .netpol import PolicySettings, build_network_policies
 from .observed import Observed, PodPhase, PodView
 from .spec import EtcdMode, JobSpec, SpecError, parse_spec
 from .stall import StallSettings
-from .status import JobStatus, Phase
+from .status import JobStatus, Phase, never_lower
+
+REJECTED_BACKOFF_MAX = 60.0
+"""Longest wait between steps while the API server keeps refusing a request."""
+WRITE_ATTEMPTS = 4
+"""Status writes tried per step when the job keeps changing under us (409 each time)."""
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +46,8 @@ class LoopSettings:
     probe_timeout: float = 1.0
     """Timeout of one health or etcd probe."""
     stall: StallSettings = field(default_factory=StallSettings)
+    policies: PolicySettings | None = None
+    """Create the job's NetworkPolicies letting these peers in; ``None``: create none."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +83,15 @@ class JobLoop:
         self._clock = clock
         self._written: JobStatus | None = None
         self._written_json: dict[str, Any] | None = None
+        self._resource_version: str | None = None
+        """The job's ``resourceVersion`` our next status write expects."""
+        self._rejections = 0
+        """Steps in a row in which the API server refused a request (for the back-off)."""
+        self._tls: probes.EtcdTls | None = None
+        """How this step speaks TLS to the job's etcd (``None``: plain HTTP)."""
+        self._policies_created = False
+        self._tls_cache: tuple[str, probes.EtcdTls] | None = None
+        """The context made from the Secret (by its name), kept: the Secret never changes."""
 
     async def step(
         self,
@@ -105,12 +124,23 @@ class JobLoop:
         job = self._job
         spec = parse_spec(body.get("spec") or {})
         stored = JobStatus.from_json(body.get("status"))
-        status = self._written if self._written is not None else stored
+        status = never_lower(self._written, stored) if self._written is not None else stored
+        if self._resource_version is None:
+            self._resource_version = (body.get("metadata") or {}).get("resourceVersion")
         generation = int((body.get("metadata") or {}).get("generation") or 0)
 
         views = [p.view for p in pods if p.owner_uid == job.uid]
         workers = tuple(v for v in views if v.role == names.ROLE_WORKER)
         etcd_pods = tuple(v for v in views if v.role == names.ROLE_ETCD)
+        rejection: planning.Rejection | None = None
+        tls: probes.EtcdTls | None = None
+        if not status.phase.finished:
+            try:
+                await self._ensure_policies(spec)
+                tls = await self._etcd_tls(spec)
+            except PermanentKubeError as exc:
+                rejection = planning.Rejection(exc.what, exc.status, exc.server_message or str(exc))
+        self._tls = tls
         observed = await self._observe(spec, status, workers, etcd_pods, lost_nodes)
         now = self._clock()
         plan = planning.plan(
@@ -125,40 +155,25 @@ class JobLoop:
         )
         new_status = plan.status
         if plan.commit_first:
-            await self._write_status(new_status)
+            new_status = await self._write_status(new_status)
         delete_requested = False
         for action in plan.actions:
-            if isinstance(action, planning.CreateObject):
-                await self._kube.create(action.manifest)
-            elif isinstance(action, planning.DeletePod):
-                await self._kube.delete_pod(job.namespace, action.name, force=action.force)
-            elif isinstance(action, planning.MarkJoined):
-                await self._kube.annotate_pod(
-                    job.namespace, action.pod, {names.ANNOTATION_JOINED: str(action.round)}
+            try:
+                new_status, deleted = await self._apply(action, new_status)
+            except PermanentKubeError as exc:
+                # Not retried silently: the first refusal becomes a condition and an Event.
+                rejection = rejection or planning.Rejection(
+                    exc.what, exc.status, exc.server_message or str(exc)
                 )
-            elif isinstance(action, planning.WriteSeed):
-                if await probes.write_seed(action.endpoint, action.key, action.value):
-                    etcd = new_status.etcd
-                    new_status = new_status.evolve(
-                        etcd=type(etcd)(
-                            etcd.generation,
-                            etcd.ready_generation,
-                            action.generation,
-                            etcd.unreachable_since,
-                        )
-                    )
-                    log.info(
-                        "job %s/%s: restart seed written to etcd generation %d: %s",
-                        job.namespace,
-                        job.name,
-                        action.generation,
-                        action.value,
-                    )
-            elif isinstance(action, planning.DeleteJob):
-                await self._kube.delete_job(job)
-                delete_requested = True
-        await self._write_status(new_status)
-        for event in plan.events:
+                continue
+            delete_requested = delete_requested or deleted
+        new_status, rejected = planning.note_rejection(
+            new_status, rejection, now=now, generation=generation
+        )
+        events = [*plan.events, *([rejected] if rejected is not None else [])]
+        self._rejections = self._rejections + 1 if rejection is not None else 0
+        new_status = await self._write_status(new_status)
+        for event in events:
             try:
                 await self._kube.post_event(job, event.type, event.reason, event.message, now)
             except KubeError as exc:
@@ -174,7 +189,46 @@ class JobLoop:
         metrics.publish(job.namespace, job.name, new_status)
         idle = new_status.phase.finished or new_status.phase is Phase.SUSPENDED
         interval = self._settings.idle_interval if idle else self._settings.interval
+        if self._rejections:
+            interval = min(REJECTED_BACKOFF_MAX, interval * 2 ** min(self._rejections, 6))
         return StepResult(new_status, interval, delete_requested)
+
+    async def _apply(self, action: planning.Action, status: JobStatus) -> tuple[JobStatus, bool]:
+        """Run one action; returns the status (the seed's record) and whether the job was
+        deleted. Raises ``KubeError``."""
+        job = self._job
+        if isinstance(action, planning.CreateObject):
+            await self._kube.create(action.manifest)
+        elif isinstance(action, planning.DeletePod):
+            await self._kube.delete_pod(job.namespace, action.name, force=action.force)
+        elif isinstance(action, planning.MarkJoined):
+            await self._kube.annotate_pod(
+                job.namespace, action.pod, {names.ANNOTATION_JOINED: str(action.round)}
+            )
+        elif isinstance(action, planning.WriteSeed):
+            if await probes.write_seed(
+                self._session, action.endpoint, action.keys, action.seed, tls=self._tls
+            ):
+                etcd = status.etcd
+                status = status.evolve(
+                    etcd=type(etcd)(
+                        etcd.generation,
+                        etcd.ready_generation,
+                        action.generation,
+                        etcd.unreachable_since,
+                    )
+                )
+                log.info(
+                    "job %s/%s: restart seed written to etcd generation %d: %s",
+                    job.namespace,
+                    job.name,
+                    action.generation,
+                    dict(action.seed),
+                )
+        elif isinstance(action, planning.DeleteJob):
+            await self._kube.delete_job(job)
+            return status, True
+        return status, False
 
     async def _observe(
         self,
@@ -196,9 +250,10 @@ class JobLoop:
             if current is not None and current.ip and current.phase is PodPhase.RUNNING:
                 endpoints = [f"{current.ip}:{names.ETCD_CLIENT_PORT}"]
         reports_task = probes.fetch_reports(self._session, targets, timeout)
+        reports: probes.Reports
         if endpoints:
             reports, reachable = await asyncio.gather(
-                reports_task, probes.probe_etcd(self._session, endpoints, timeout)
+                reports_task, probes.probe_etcd(self._session, endpoints, timeout, self._tls)
             )
             etcd_reachable: bool | None = reachable
         else:
@@ -210,29 +265,121 @@ class JobLoop:
         return Observed(
             workers=workers,
             etcd_pods=etcd_pods,
-            reports=reports,
+            reports=reports.valid,
+            invalid_reports=reports.invalid,
             lost_nodes=lost_nodes,
             etcd_reachable=etcd_reachable,
         )
 
-    async def _write_status(self, status: JobStatus) -> None:
+    async def _ensure_policies(self, spec: JobSpec) -> None:
+        """Create the job's NetworkPolicies once per loop (a create that finds them is a no-op;
+        they are owned by the job and never change)."""
+        settings = self._settings.policies
+        if settings is None or self._policies_created:
+            return
+        for policy in build_network_policies(
+            self._job,
+            settings.operator,
+            settings.prometheus,
+            managed_etcd=spec.etcd.mode is EtcdMode.MANAGED,
+        ):
+            await self._kube.create(policy)
+        self._policies_created = True
+
+    async def _etcd_tls(self, spec: JobSpec) -> probes.EtcdTls | None:
+        """The operator's TLS to the job's etcd; for a managed etcd, first creates the job's
+        certificates (once: an existing Secret is read, never regenerated). Raises
+        ``KubeError`` (``PermanentKubeError`` when the Secret cannot be used)."""
+        job = self._job
+        secret = manifests.etcd_tls_secret(job, spec)
+        if secret is None:
+            return None
+        if self._tls_cache is not None and self._tls_cache[0] == secret:
+            return self._tls_cache[1]
+        managed = spec.etcd.mode is EtcdMode.MANAGED
+        what = f"use Secret {job.namespace}/{secret}"
+        found = await self._kube.get_secret(job.namespace, secret)
+        if found is None and managed:
+            made = pki.generate(
+                job.name, job.namespace, names.etcd_service_name(job.name), datetime.now(UTC)
+            )
+            await self._kube.create(manifests.build_etcd_tls_secret(job, made.secret_data()))
+            log.info(
+                "job %s/%s: etcd certificates created in Secret %s", job.namespace, job.name, secret
+            )
+            found = await self._kube.get_secret(job.namespace, secret)  # whoever won a race
+        if found is None:
+            raise PermanentKubeError(
+                f"{what}: not found",
+                404,
+                "the Secret does not exist (spec.etcd.tlsSecretName)",
+                what,
+            )
+        if managed and found.controller_uid != job.uid:
+            # Someone else's certificates would let them read the job's etcd: refuse.
+            raise PermanentKubeError(
+                f"{what}: not owned by this job",
+                409,
+                "a Secret of that name exists and is "
+                "not owned by this job; delete it or rename the job",
+                what,
+            )
+        try:
+            if managed:
+                made_pki = pki.JobPki.from_secret_data(found.data)
+                service = f"{names.etcd_service_name(job.name)}.{job.namespace}.svc"
+                tls = probes.client_tls(
+                    made_pki.ca_cert, made_pki.client_cert, made_pki.client_key, service
+                )
+            else:
+                data = found.data
+                missing = [k for k in ("ca.crt", "tls.crt", "tls.key") if k not in data]
+                if missing:
+                    raise ValueError(f"the Secret lacks {', '.join(missing)}")
+                tls = probes.client_tls(data["ca.crt"], data["tls.crt"], data["tls.key"])
+        except (ValueError, ssl.SSLError) as exc:
+            raise PermanentKubeError(f"{what}: {exc}", 422, str(exc), what) from exc
+        self._tls_cache = (secret, tls)
+        return tls
+
+    async def _write_status(self, status: JobStatus) -> JobStatus:
+        """Write ``status`` guarded by ``resourceVersion``; on a conflict re-read the job, raise
+        our counters to the stored ones (``never_lower``) and try again. Returns what was
+        written (``status`` itself unless a conflict merged something in)."""
+        job = self._job
         data = status.to_json()
         if data == self._written_json:
-            return
-        await self._kube.patch_job_status(self._job, data)
-        self._written = status
-        self._written_json = data
+            return status
+        for _ in range(WRITE_ATTEMPTS):
+            try:
+                version = await self._kube.patch_job_status(job, data, self._resource_version)
+            except ConflictKubeError:
+                stored = await self._kube.get_job(job.namespace, job.name)
+                meta = (stored or {}).get("metadata") or {}
+                if stored is None or meta.get("uid") != job.uid:
+                    raise KubeError(f"job {job.namespace}/{job.name} is gone") from None
+                self._resource_version = meta.get("resourceVersion")
+                status = never_lower(status, JobStatus.from_json(stored.get("status")))
+                data = status.to_json()
+                continue
+            self._resource_version = version
+            self._written = status
+            self._written_json = data
+            return status
+        raise KubeError(f"status of {job.namespace}/{job.name}: conflicts on every attempt")
 
     def forget_written(self) -> None:
         """Re-read the status from the body on the next step (after an error)."""
         self._written = None
         self._written_json = None
+        self._resource_version = None
 
-    def adopt(self, stored: Mapping[str, Any] | None) -> None:
-        """Start from the stored status (read fresh when the loop starts)."""
-        status = JobStatus.from_json(stored)
+    def adopt(self, job: Mapping[str, Any] | None) -> None:
+        """Start from the stored job (read fresh when the loop starts)."""
+        status = JobStatus.from_json((job or {}).get("status"))
         self._written = status
         self._written_json = status.to_json()
+        self._resource_version = ((job or {}).get("metadata") or {}).get("resourceVersion")
 
 
 def owned_pod(body: Mapping[str, Any], view: PodView) -> OwnedPod | None:

@@ -27,6 +27,7 @@ from elasticjob_agent.protocol.restarts import (
     POD_FAILURE,
     POD_LOST,
     SPENDS_BUDGET,
+    RestartReason,
 )
 from elasticjob_agent.protocol.restarts import budget_exhausted as budget_spent
 from elasticjob_agent.protocol.restarts import encode_seed as seed_json
@@ -42,6 +43,7 @@ __all__ = [
     "bump",
     "failures",
     "merge_reports",
+    "seed_counts",
     "seed_json",
     "total",
 ]
@@ -69,3 +71,9 @@ def bump(counts: Mapping[str, int], reason: str, by: int = 1) -> dict[str, int]:
 
 def total(counts: Mapping[str, int]) -> int:
     return sum(counts.values())
+
+
+def seed_counts(counts: Mapping[str, int]) -> dict[str, int]:
+    """What goes into a recreated etcd: only the reasons agents know, and only non-zero ones."""
+    known = {r.value for r in RestartReason}
+    return {k: v for k, v in sorted(counts.items()) if k in known and v > 0}

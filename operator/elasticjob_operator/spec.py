@@ -8,6 +8,7 @@ The CRD's schema applies defaults and rejects most mistakes before the operator 
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -50,6 +51,19 @@ class EtcdSpec:
     image: str = "quay.io/coreos/etcd:v3.5.17"
     key_prefix: str = "/elasticjob"
     resources: Mapping[str, Any] | None = None
+    insecure: bool = False
+    """Managed mode: serve etcd in plain HTTP without client certificates (only for agent
+    images that predate TLS; any pod that reaches it can then read and write it)."""
+    tls_secret_name: str | None = None
+    """External mode: Secret with ``ca.crt``, ``tls.crt`` and ``tls.key`` (a client
+    certificate) for a TLS etcd; ``None``: plain HTTP."""
+
+    @property
+    def tls(self) -> bool:
+        """Whether the agents and the operator speak TLS to this etcd."""
+        if self.mode is EtcdMode.MANAGED:
+            return not self.insecure
+        return self.tls_secret_name is not None
 
 
 @dataclass(frozen=True)
@@ -221,13 +235,31 @@ def _etcd(raw: Mapping[str, Any]) -> EtcdSpec:
     resources = raw.get("resources")
     if resources is not None and not isinstance(resources, Mapping):
         raise SpecError("spec.etcd.resources must be an object (requests/limits)")
+    insecure = raw.get("insecure", False)
+    if not isinstance(insecure, bool):
+        raise SpecError(f"spec.etcd.insecure must be true or false, got {insecure!r}")
+    secret = raw.get("tlsSecretName")
+    if secret is not None and (not isinstance(secret, str) or not _DNS_SUBDOMAIN.match(secret)):
+        raise SpecError(f"spec.etcd.tlsSecretName must name a Secret, got {secret!r}")
+    if mode is EtcdMode.MANAGED and secret is not None:
+        raise SpecError(
+            "spec.etcd.tlsSecretName is for External mode; a managed etcd gets its "
+            "certificates from the operator"
+        )
+    if mode is EtcdMode.EXTERNAL and insecure:
+        raise SpecError("spec.etcd.insecure is for Managed mode; External mode uses tlsSecretName")
     return EtcdSpec(
         mode=mode,
         endpoints=tuple(endpoints),
         image=image,
         key_prefix=prefix,
         resources=copy.deepcopy(dict(resources)) if resources else None,
+        insecure=insecure,
+        tls_secret_name=secret,
     )
+
+
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 
 def _nccl(raw: Mapping[str, Any]) -> NcclSpec:

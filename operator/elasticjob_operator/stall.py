@@ -3,8 +3,9 @@
 Three reasons, in order of precedence:
 
 - ``EtcdUnavailable``: the operator's etcd probe has failed for ``etcd_unavailable_after``
-  seconds, the managed etcd pod failed or vanished, or an agent reports etcd unreachable for as
-  long. etcd cannot report its own absence, so this needs the operator's probe and the agents.
+  seconds while no agent and not the kubelet reaches etcd, the managed etcd pod failed or
+  vanished, or an agent reports etcd unreachable for as long. etcd cannot report its own
+  absence, so this needs the operator's probe and the agents.
 - ``PodsUnschedulable``: fewer than ``minNodes`` worker pods can run because the scheduler
   cannot place the rest (for example more GPUs asked for than exist).
 - ``WaitingForNodes``: agents have waited in rendezvous for ``waiting_after`` seconds while
@@ -122,7 +123,10 @@ def _etcd_stall(
             f"managed etcd was lost; generation {etcd.recreated_generation} is starting{tail}",
         )
     since = etcd.unreachable_since
-    if since is not None:
+    # An agent or the kubelet that reaches etcd outweighs the operator's failing probe (the
+    # operator's network path, or the operator itself under load, may be what fails).
+    vouched = any(r.etcd.reachable for r in reports) or (etcd.pod is not None and etcd.pod.ready)
+    if since is not None and not vouched:
         grace = settings.etcd_unavailable_after if etcd.ever_ready else settings.etcd_startup_grace
         if now - since >= grace:
             return Stall(

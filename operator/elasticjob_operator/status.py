@@ -43,7 +43,10 @@ class EtcdState:
     generation: int = 0
     """Generation of the current managed etcd pod (bumped on every recreation)."""
     ready_generation: int = -1
-    """Last generation the operator reached at least once."""
+    """Last generation known to have been up: the operator's probe reached it, the kubelet's
+    readiness probe passed, or (generation 0) a worker group ran on it. Only a generation that
+    was up is replaced when it becomes unreachable; one that never came up gets a start-up
+    grace instead."""
     seeded_generation: int = 0
     """Last generation that received the restart seed (generation 0 starts empty: no seed)."""
     unreachable_since: float | None = None
@@ -71,6 +74,8 @@ class JobStatus:
     stall: StallState | None = None
     rendezvous_waiting_since: float | None = None
     last_rendezvous_seconds: float | None = None
+    invalid_reports: Mapping[str, str] = field(default_factory=dict)
+    """Pods whose last answer was not a valid health report, with the reason (bounded)."""
 
     def evolve(self, **changes: Any) -> JobStatus:
         return replace(self, **changes)
@@ -115,6 +120,10 @@ class JobStatus:
                 "waitingSince": _time(self.rendezvous_waiting_since),
                 "lastDurationSeconds": self.last_rendezvous_seconds,
             },
+            "invalidReports": [
+                {"pod": pod, "reason": reason}
+                for pod, reason in sorted(self.invalid_reports.items())
+            ],
         }
 
     @classmethod
@@ -163,6 +172,11 @@ class JobStatus:
             ),
             rendezvous_waiting_since=parse_time(rdzv.get("waitingSince")),
             last_rendezvous_seconds=_float(rdzv.get("lastDurationSeconds")),
+            invalid_reports={
+                str(r["pod"]): str(r.get("reason") or "")
+                for r in data.get("invalidReports") or []
+                if isinstance(r, Mapping) and r.get("pod")
+            },
         )
 
 
@@ -180,3 +194,35 @@ def _float(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value)
+
+
+def never_lower(ours: JobStatus, theirs: JobStatus) -> JobStatus:
+    """``ours`` with every counter raised to at least the value in ``theirs`` (a status read back
+    from the API server after a write conflict, or the stored one at the start of a step).
+
+    Restart counts per reason, pod attempts per index and the etcd generations only ever grow,
+    whoever wrote them; a finished job stays finished. This is what keeps counts from going down
+    when two writers (a lost status write, a second operator) disagree.
+    """
+    if theirs.phase.finished and not ours.phase.finished:
+        ours = replace(
+            ours,
+            phase=theirs.phase,
+            reason=theirs.reason,
+            message=theirs.message,
+            conditions=theirs.conditions,
+            completion_time=theirs.completion_time,
+        )
+    counts = dict(ours.restarts)
+    for reason, value in theirs.restarts.items():
+        counts[reason] = max(counts.get(reason, 0), value)
+    attempts = dict(ours.attempts)
+    for index, value in theirs.attempts.items():
+        attempts[index] = max(attempts.get(index, 0), value)
+    etcd = EtcdState(
+        generation=max(ours.etcd.generation, theirs.etcd.generation),
+        ready_generation=max(ours.etcd.ready_generation, theirs.etcd.ready_generation),
+        seeded_generation=max(ours.etcd.seeded_generation, theirs.etcd.seeded_generation),
+        unreachable_since=ours.etcd.unreachable_since,
+    )
+    return replace(ours, restarts=counts, attempts=attempts, etcd=etcd)

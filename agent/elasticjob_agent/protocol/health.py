@@ -14,10 +14,11 @@ Endpoints of the health server (default port ``DEFAULT_HEALTH_PORT``):
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, Literal, overload
 
 SCHEMA_VERSION = 1
 DEFAULT_HEALTH_PORT = 29401
@@ -115,89 +116,256 @@ class HealthReport:
 
     @classmethod
     def from_json(cls, data: object) -> HealthReport:
-        """Parse a report; raise ``HealthReportError`` naming the first bad field."""
+        """Parse a decoded report strictly; raise ``HealthReportError`` naming the bad field.
+
+        The report comes from a pod, so it is untrusted input: every field must have its type
+        (``bool`` is not an ``int``), integers lie within ``[0, MAX_INT]`` (``pid``/``exitCode``
+        within ``[-MAX_INT, MAX_INT]``), numbers are finite and non-negative, strings and lists
+        are bounded, and unknown keys are ignored (additive schema changes).
+        """
         if not isinstance(data, dict):
             raise HealthReportError("health report must be a JSON object")
         version = data.get("schemaVersion")
-        if version != SCHEMA_VERSION:
+        if type(version) is not int or version != SCHEMA_VERSION:
             raise HealthReportError(
-                f"unsupported health report schemaVersion {version!r} (expected {SCHEMA_VERSION})"
+                f"unsupported health report schemaVersion {_show(version)} "
+                f"(expected {SCHEMA_VERSION})"
             )
+        etcd = _object(data, "etcd", required=True)
+        restarts = _object(data, "restarts", required=True)
+        by_reason = _object(restarts, "byReason", where="restarts.byReason")
+        if len(by_reason) > MAX_REASONS:
+            raise HealthReportError(f"field 'restarts.byReason' has more than {MAX_REASONS} keys")
+        for reason in by_reason:
+            _check_string(reason, "restarts.byReason key", MAX_NAME)
+        state = _string(data, "state", required=True)
         try:
-            etcd = data["etcd"]
-            restarts = data["restarts"]
-            return cls(
-                run_id=_typed(data, "runId", str),
-                node=_typed(data, "node", str),
-                state=AgentState(data["state"]),
-                etcd=EtcdStatus(
-                    reachable=_typed(etcd, "reachable", bool),
-                    last_contact=_opt_num(etcd, "lastContact"),
-                    unreachable_since=_opt_num(etcd, "unreachableSince"),
-                    endpoints=tuple(str(e) for e in etcd.get("endpoints", [])),
-                ),
-                round=_opt_int(data, "round"),
-                group_rank=_opt_int(data, "groupRank"),
-                group_world_size=_opt_int(data, "groupWorldSize"),
-                world_size=_opt_int(data, "worldSize"),
-                restarts_total=_typed(restarts, "total", int),
-                restarts_by_reason={
-                    str(k): int(v) for k, v in dict(restarts.get("byReason", {})).items()
-                },
-                max_restarts=_typed(data, "maxRestarts", int),
-                waiting_since=_opt_num(data, "waitingSince"),
-                last_rendezvous_seconds=_opt_num(data, "lastRendezvousSeconds"),
-                last_progress=_opt_num(data, "lastProgress"),
-                workers=tuple(
-                    WorkerStatus(
-                        local_rank=_typed(w, "localRank", int),
-                        pid=_opt_int(w, "pid"),
-                        exit_code=_opt_int(w, "exitCode"),
-                    )
-                    for w in data.get("workers", [])
-                ),
-                worst_case_time_to_fail_seconds=_opt_num(data, "worstCaseTimeToFailSeconds"),
-                exit_reason=data.get("exitReason"),
-                updated_at=float(data.get("updatedAt", 0.0)),
-            )
-        except HealthReportError:
-            raise
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise HealthReportError(f"invalid health report: {exc!r}") from exc
+            agent_state = AgentState(state)
+        except ValueError:
+            raise HealthReportError(f"field 'state' is not a known state: {_show(state)}") from None
+        endpoints = _list(etcd, "endpoints", MAX_ENDPOINTS, where="etcd.endpoints")
+        workers = _list(data, "workers", MAX_WORKERS)
+        return cls(
+            run_id=_string(data, "runId", required=True),
+            node=_string(data, "node", required=True),
+            state=agent_state,
+            etcd=EtcdStatus(
+                reachable=_bool(etcd, "reachable", where="etcd.reachable"),
+                last_contact=_opt_num(etcd, "lastContact", where="etcd.lastContact"),
+                unreachable_since=_opt_num(etcd, "unreachableSince", where="etcd.unreachableSince"),
+                endpoints=tuple(_check_string(e, "etcd.endpoints[]", MAX_NAME) for e in endpoints),
+            ),
+            round=_opt_int(data, "round"),
+            group_rank=_opt_int(data, "groupRank"),
+            group_world_size=_opt_int(data, "groupWorldSize"),
+            world_size=_opt_int(data, "worldSize"),
+            restarts_total=_int(restarts, "total", where="restarts.total"),
+            restarts_by_reason={
+                str(k): _int(by_reason, str(k), where=f"restarts.byReason.{k}") for k in by_reason
+            },
+            max_restarts=_int(data, "maxRestarts"),
+            waiting_since=_opt_num(data, "waitingSince"),
+            last_rendezvous_seconds=_opt_num(data, "lastRendezvousSeconds"),
+            last_progress=_opt_num(data, "lastProgress"),
+            workers=tuple(_worker(w, i) for i, w in enumerate(workers)),
+            worst_case_time_to_fail_seconds=_opt_num(data, "worstCaseTimeToFailSeconds"),
+            exit_reason=_string(data, "exitReason", limit=MAX_TEXT),
+            updated_at=_opt_num(data, "updatedAt") or 0.0,
+        )
 
     @classmethod
     def loads(cls, text: str | bytes) -> HealthReport:
+        """Decode and parse a report body of at most ``MAX_REPORT_BYTES``, strictly.
+
+        Refused with ``HealthReportError`` (never another exception): a longer body, invalid
+        UTF-8 or JSON, ``NaN``/``Infinity`` (and numbers that overflow to it), integer literals
+        longer than ``MAX_INT_DIGITS``, nesting deeper than ``MAX_DEPTH``, and whatever
+        ``from_json`` refuses.
+        """
+        raw = text.encode() if isinstance(text, str) else bytes(text)
+        if len(raw) > MAX_REPORT_BYTES:
+            raise HealthReportError(
+                f"health report is larger than {MAX_REPORT_BYTES} bytes ({len(raw)})"
+            )
         try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise HealthReportError(f"health report is not JSON: {exc}") from exc
+            decoded = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise HealthReportError(f"health report is not UTF-8: {exc}") from None
+        depth = json_depth(decoded)
+        if depth > MAX_DEPTH:
+            raise HealthReportError(f"health report nests deeper than {MAX_DEPTH} levels")
+        try:
+            data = json.loads(
+                decoded,
+                parse_constant=_refuse_constant,
+                parse_int=_bounded_int,
+                parse_float=_finite_float,
+            )
+        except HealthReportError:
+            raise
+        except (ValueError, RecursionError) as exc:
+            raise HealthReportError(f"health report is not JSON: {exc}") from None
         return cls.from_json(data)
+
+
+MAX_REPORT_BYTES = 32 * 1024
+"""Largest ``/status`` body the operator reads (a real report is well under 4 KiB)."""
+MAX_DEPTH = 8
+"""Deepest nesting of objects and lists a report may have (a real one has 3)."""
+MAX_INT = 2**53
+"""Largest magnitude of an integer field (exact in every JSON implementation)."""
+MAX_INT_DIGITS = 20
+"""Longest integer literal decoded at all (refused before Python converts it)."""
+MAX_NAME = 256
+MAX_TEXT = 4096
+MAX_REASONS = 32
+MAX_ENDPOINTS = 32
+MAX_WORKERS = 1024
+
+
+def json_depth(text: str) -> int:
+    """The deepest nesting of ``[`` and ``{`` outside strings in ``text`` (linear, no recursion)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
+def _refuse_constant(name: str) -> Any:
+    raise HealthReportError(f"health report contains {name}, which JSON does not allow")
+
+
+def _bounded_int(literal: str) -> int:
+    if len(literal.lstrip("-")) > MAX_INT_DIGITS:
+        raise HealthReportError(f"health report has an integer of {len(literal)} digits")
+    return int(literal)
+
+
+def _finite_float(literal: str) -> float:
+    value = float(literal)
+    if not math.isfinite(value):
+        raise HealthReportError(f"health report has a number out of range: {literal[:40]}")
+    return value
+
+
+def _show(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _object(
+    obj: Mapping[str, Any], key: str, *, required: bool = False, where: str | None = None
+) -> Mapping[str, Any]:
+    value = obj.get(key)
+    if value is None and not required:
+        return {}
+    if not isinstance(value, dict):
+        raise HealthReportError(f"field {where or key!r} must be an object, got {_show(value)}")
+    return value
+
+
+def _list(obj: Mapping[str, Any], key: str, limit: int, *, where: str | None = None) -> list[Any]:
+    value = obj.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise HealthReportError(f"field {where or key!r} must be a list, got {_show(value)}")
+    if len(value) > limit:
+        raise HealthReportError(f"field {where or key!r} has more than {limit} entries")
+    return value
+
+
+def _check_string(value: object, where: str, limit: int) -> str:
+    if not isinstance(value, str):
+        raise HealthReportError(f"field {where!r} must be a string, got {_show(value)}")
+    if len(value) > limit:
+        raise HealthReportError(f"field {where!r} is longer than {limit} characters")
+    return value
+
+
+@overload
+def _string(
+    obj: Mapping[str, Any], key: str, *, required: Literal[True], limit: int = ...
+) -> str: ...
+@overload
+def _string(
+    obj: Mapping[str, Any], key: str, *, required: Literal[False] = ..., limit: int = ...
+) -> str | None: ...
+def _string(
+    obj: Mapping[str, Any], key: str, *, required: bool = False, limit: int = MAX_NAME
+) -> str | None:
+    value = obj.get(key)
+    if value is None:
+        if required:
+            raise HealthReportError(f"field {key!r} is missing")
+        return None
+    return _check_string(value, key, limit)
+
+
+def _bool(obj: Mapping[str, Any], key: str, *, where: str) -> bool:
+    value = obj.get(key)
+    if not isinstance(value, bool):
+        raise HealthReportError(f"field {where!r} must be true or false, got {_show(value)}")
+    return value
+
+
+def _int(
+    obj: Mapping[str, Any], key: str, *, where: str | None = None, signed: bool = False
+) -> int:
+    value = obj.get(key)
+    # bool is an int subclass: refuse it where an int is meant.
+    if type(value) is not int:
+        raise HealthReportError(f"field {where or key!r} must be an integer, got {_show(value)}")
+    low = -MAX_INT if signed else 0
+    if not low <= value <= MAX_INT:
+        raise HealthReportError(f"field {where or key!r} is out of range [{low}, {MAX_INT}]")
+    return value
+
+
+def _opt_int(obj: Mapping[str, Any], key: str, *, signed: bool = False) -> int | None:
+    if obj.get(key) is None:
+        return None
+    return _int(obj, key, signed=signed)
+
+
+def _opt_num(obj: Mapping[str, Any], key: str, *, where: str | None = None) -> float | None:
+    value = obj.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise HealthReportError(f"field {where or key!r} must be a number, got {_show(value)}")
+    if isinstance(value, int) and abs(value) > MAX_INT:
+        raise HealthReportError(f"field {where or key!r} is out of range")
+    number = float(value)
+    if not math.isfinite(number) or number < 0:
+        raise HealthReportError(f"field {where or key!r} must be finite and >= 0, got {value!r}")
+    return number
+
+
+def _worker(value: object, index: int) -> WorkerStatus:
+    if not isinstance(value, dict):
+        raise HealthReportError(f"field 'workers[{index}]' must be an object, got {_show(value)}")
+    return WorkerStatus(
+        local_rank=_int(value, "localRank", where=f"workers[{index}].localRank"),
+        pid=_opt_int(value, "pid", signed=True),
+        exit_code=_opt_int(value, "exitCode", signed=True),
+    )
 
 
 def as_dict(report: HealthReport) -> dict[str, Any]:
     """Plain-dict view (snake_case) for logs and tests."""
     return asdict(report)
-
-
-def _typed(obj: Mapping[str, Any], key: str, kind: type[Any]) -> Any:
-    value = obj[key]
-    # bool is an int subclass: refuse it where an int is meant.
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise HealthReportError(f"field {key!r} must be {kind.__name__}, got {value!r}")
-    return value
-
-
-def _opt_int(obj: Mapping[str, Any], key: str) -> int | None:
-    value = obj.get(key)
-    if value is None:
-        return None
-    return int(_typed(obj, key, int))
-
-
-def _opt_num(obj: Mapping[str, Any], key: str) -> float | None:
-    value = obj.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise HealthReportError(f"field {key!r} must be a number, got {value!r}")
-    return float(value)

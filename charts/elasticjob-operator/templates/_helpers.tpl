@@ -76,3 +76,14 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- "cluster-wide" }}
 {{- end }}
 {{- end }}
+
+{{/*
+A label map as "k=v,k=v" (the operator's label settings).
+*/}}
+{{- define "elasticjob-operator.labelList" -}}
+{{- $items := list }}
+{{- range $k, $v := . }}
+{{- $items = append $items (printf "%s=%s" $k $v) }}
+{{- end }}
+{{- join "," $items }}
+{{- end }}

@@ -118,12 +118,23 @@ def test_namespaced_install_helm_test_and_rbac(cluster: LocalCluster, tmp_path: 
         sa = f"system:serviceaccount:{ops}:{release}-elasticjob-operator"
         assert _can_i(cluster, "patch", "elasticjobs/status", "-n", team, "--as", sa) == "yes"
         assert _can_i(cluster, "create", "events", "-n", team, "--as", sa) == "yes"
-        # Least privilege: nothing outside the watched namespace, no secrets, no updates of
-        # whole jobs, nothing cluster-wide but reading nodes.
+        # The managed etcd's certificates (get, create), the jobs' NetworkPolicies (create), and
+        # the operator's own Lease (leader election) in its own namespace.
+        assert _can_i(cluster, "get", "secrets", "-n", team, "--as", sa) == "yes"
+        assert _can_i(cluster, "create", "networkpolicies", "-n", team, "--as", sa) == "yes"
+        lease = f"leases/{release}-elasticjob-operator"
+        assert _can_i(cluster, "update", lease, "-n", ops, "--as", sa) == "yes"
+        # Least privilege: nothing outside the watched namespace, Secrets never enumerated, no
+        # other Lease, no updates of whole jobs, nothing cluster-wide but reading nodes.
         for args in (
             ("patch", "elasticjobs/status", "-n", outside),
             ("create", "pods", "-n", outside),
-            ("get", "secrets", "-n", team),
+            ("get", "secrets", "-n", outside),
+            ("list", "secrets", "-n", team),
+            ("watch", "secrets", "-n", team),
+            ("update", "secrets", "-n", team),
+            ("update", "leases/someone-else", "-n", ops),
+            ("delete", "networkpolicies", "-n", team),
             ("update", "elasticjobs", "-n", team),
             ("delete", "nodes"),
             ("list", "namespaces"),

@@ -15,6 +15,7 @@ import yaml
 from elasticjob_localcluster import LocalCluster
 
 from tests.e2e.operator.conftest import (
+    AGENT_TLS,
     REPO,
     SERVICE_ACCOUNT,
     SYSTEM_NS,
@@ -42,6 +43,8 @@ def test_example_trains_to_succeeded_and_shows_in_kubectl_get(
     example = yaml.safe_load((REPO / "examples" / "elasticjob.yaml").read_text())
     volume = example["spec"]["template"]["spec"]["volumes"][0]
     volume["hostPath"]["path"] = f"/tmp/elasticjob-e2e-ckpt/example-{time.time_ns()}"
+    if not AGENT_TLS:  # an agent without TLS (before branch agent-core): plain-HTTP etcd
+        example["spec"].setdefault("etcd", {})["insecure"] = True
     started = time.monotonic()
     _apply(cluster, ns, example)
     job = wait_job(
@@ -126,6 +129,16 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     ("no-template", {"template": None}, "spec.template"),
     ("async-error-handling", {"nccl": {"asyncErrorHandling": 5}}, "spec.nccl.asyncErrorHandling"),
     ("long-name", {"metadata.name": "n" * 60}, "metadata.name"),
+    ("dotted-name", {"metadata.name": "my.job"}, "metadata.name must start with a lower-case"),
+    ("digit-first-name", {"metadata.name": "1job"}, "metadata.name must start with a lower-case"),
+    ("huge-stall-timeout", {"stallTimeoutSeconds": 10**9}, "spec.stallTimeoutSeconds"),
+    ("huge-monitor-interval", {"monitorIntervalSeconds": 1e6}, "spec.monitorIntervalSeconds"),
+    (
+        "huge-join-timeout",
+        {"rendezvous": {"joinTimeoutSeconds": 10**7}},
+        "spec.rendezvous.joinTimeoutSeconds",
+    ),
+    ("huge-ttl", {"runPolicy": {"ttlSecondsAfterFinished": 10**9}}, "ttlSecondsAfterFinished"),
 ]
 
 

@@ -190,3 +190,52 @@ def test_no_rbac_objects_when_rbac_is_off() -> None:
     docs = render({"rbac.create": "false"})
     kinds = {d["kind"] for d in docs}
     assert not kinds & {"Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}
+
+
+def test_leader_election_may_touch_only_its_own_lease() -> None:
+    for values in (CLUSTER_WIDE, NAMESPACED):
+        docs = render(values)
+        roles = [r for r in of_kind(docs, "Role") if r["metadata"]["name"].endswith("-election")]
+        assert len(roles) == 1 and roles[0]["metadata"]["namespace"] == NAMESPACE
+        named, create = roles[0]["rules"]
+        lease = _env(operator_container(docs))["ELASTICJOB_LEASE_NAME"]
+        assert named == {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": [lease],
+            "verbs": ["get", "update"],
+        }
+        assert create["verbs"] == ["create"] and "resourceNames" not in create
+
+
+def test_secrets_and_network_policies_get_only_the_verbs_the_operator_uses() -> None:
+    rules = {
+        tuple(r["resources"]): r["verbs"]
+        for r in of_kind(render(CLUSTER_WIDE), "ClusterRole")[0]["rules"]
+    }
+    assert rules[("secrets",)] == ["get", "create"]  # never list or watch
+    assert rules[("networkpolicies",)] == ["create"]
+    off = {
+        tuple(r["resources"])
+        for r in of_kind(render({**CLUSTER_WIDE, "networkPolicy.enabled": "false"}), "ClusterRole")[
+            0
+        ]["rules"]
+    }
+    assert ("networkpolicies",) not in off
+
+
+def test_network_policy_peers_reach_the_operator_as_labels() -> None:
+    docs = render(
+        {
+            "networkPolicy.prometheus.namespaceLabels.team": "monitoring",
+            "networkPolicy.prometheus.podLabels.app": "prometheus",
+        }
+    )
+    env = _env(operator_container(docs))
+    selector = one(docs, "Deployment")["spec"]["selector"]["matchLabels"]
+    assert (
+        dict(kv.split("=") for kv in env["ELASTICJOB_OPERATOR_POD_LABELS"].split(",")) == selector
+    )
+    assert env["ELASTICJOB_PROMETHEUS_NAMESPACE_LABELS"] == "team=monitoring"
+    assert env["ELASTICJOB_PROMETHEUS_POD_LABELS"] == "app=prometheus"
+    assert "ELASTICJOB_PROMETHEUS_POD_LABELS" not in _env(operator_container(render()))

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from elasticjob_agent.protocol.health import AgentState, EtcdStatus, HealthReport
-from elasticjob_operator import names, planning
+from elasticjob_operator import names, planning, restarts
 from elasticjob_operator.manifests import JobRef
 from elasticjob_operator.observed import Observed, PodPhase, PodView, pod_view
 from elasticjob_operator.spec import JobSpec, parse_spec
@@ -109,7 +109,7 @@ class Cluster:
                 if action.pod in self.pods:
                     self.pods[action.pod] = replace(self.pods[action.pod], joined=True)
             elif isinstance(action, planning.WriteSeed):
-                self.seeds.append(action.value)
+                self.seeds.append(restarts.seed_json(action.seed))
 
     def set(self, name: str, **changes: Any) -> None:
         self.pods[name] = replace(self.pods[name], **changes)

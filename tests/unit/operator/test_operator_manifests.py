@@ -64,7 +64,7 @@ def test_worker_pod_runs_the_command_under_the_agent_with_every_flag() -> None:
     assert flags["nnodes"] == "1:4"
     assert flags["nproc-per-node"] == "2"
     assert flags["rdzv-backend"] == "etcd-v3"
-    assert flags["rdzv-endpoint"] == "demo-etcd.ns.svc:2379"
+    assert flags["rdzv-endpoint"] == "https://demo-etcd.ns.svc:2379"
     assert flags["rdzv-id"] == RUN_ID
     assert RUN_ID.startswith("ns-demo-0123abcd")
     assert flags["node-id"] == "demo-worker-1-2"
@@ -80,6 +80,9 @@ def test_worker_pod_runs_the_command_under_the_agent_with_every_flag() -> None:
         "close_timeout": "30",
         "heartbeat": "5",
         "key_prefix": "/elasticjob",
+        "cacert": "/etc/elasticjob/etcd-tls/ca.crt",
+        "cert": "/etc/elasticjob/etcd-tls/tls.crt",
+        "key": "/etc/elasticjob/etcd-tls/tls.key",
     }
     env = {e["name"]: e for e in trainer["env"]}
     assert env[POD_IP_ENV]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"

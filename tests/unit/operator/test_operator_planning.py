@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from elasticjob_agent.protocol.exit_codes import ExitCode
-from elasticjob_agent.protocol.health import AgentState
+from elasticjob_agent.protocol.health import AgentState, HealthReport
 from elasticjob_operator import planning, restarts
 from elasticjob_operator.conditions import ConditionType, find_condition, is_true
 from elasticjob_operator.observed import PodPhase
@@ -370,3 +370,143 @@ def test_rendezvous_duration_is_measured_from_the_first_waiting_agent() -> None:
     running = {"demo-worker-0-0": report("demo-worker-0-0", round_=1)}
     result = step(cluster, status, job_spec(), T0 + 5, etcd_reachable=True, reports=running)
     assert result.status.last_rendezvous_seconds == 3.0
+
+
+def _running_unprobed(cluster: Cluster) -> tuple[JobStatus, dict[str, HealthReport]]:
+    """A job whose group trains on etcd generation 0 while every operator probe has failed."""
+    spec = job_spec()
+    status = step(cluster, JobStatus(), spec, T0).status
+    cluster.run_all()
+    status = step(cluster, status, spec, T0 + 1, etcd_reachable=False).status
+    running = {n: report(n) for n in ("demo-worker-0-0", "demo-worker-1-0")}
+    status = step(cluster, status, spec, T0 + 3, etcd_reachable=False, reports=running).status
+    assert status.phase is Phase.RUNNING
+    return status, running
+
+
+def test_an_etcd_that_served_a_running_group_is_recreated_when_lost_though_no_probe_saw_it() -> (
+    None
+):
+    """The e2e failure of issue 11: the probe never saw generation 0 ready, the agents trained on
+    it, then it was cut off. It must be replaced, not left to fail the job at the stall timeout."""
+    cluster = Cluster()
+    spec = job_spec()
+    status, _ = _running_unprobed(cluster)
+    cut = {
+        n: report(n, etcd_reachable=False, unreachable_since=T0 + 10)
+        for n in ("demo-worker-0-0", "demo-worker-1-0")
+    }
+    lost = step(cluster, status, spec, T0 + 15, etcd_reachable=False, reports=cut)
+    assert lost.status.stall is not None and lost.status.stall.reason == "EtcdUnavailable"
+    assert lost.status.etcd.generation == 1
+    assert lost.status.restarts.get(restarts.ETCD_RECOVERED) == 1
+    assert ("create", "demo-etcd-1") in _kinds(lost)
+    assert ("delete force", "demo-etcd-0") in _kinds(lost)
+    # The new generation is reported ready by the kubelet: the stall ends, the job lives on.
+    cluster.run_all()
+    cluster.set("demo-etcd-1", ready=True)
+    later = step(
+        cluster, lost.status, spec, T0 + 20 + spec.stall_timeout_seconds, etcd_reachable=False
+    )
+    assert later.status.phase is not Phase.FAILED
+    assert later.status.etcd.generation == 1 and later.status.stall is None
+
+
+def test_a_serving_etcd_the_operator_cannot_probe_is_left_alone() -> None:
+    """Agents train on it and reach it: a failing operator probe alone (a network policy, an
+    overloaded operator) must not make the operator replace a healthy etcd."""
+    cluster = Cluster()
+    spec = job_spec()
+    status, running = _running_unprobed(cluster)
+    for t in (10, 20, 40, 200):
+        status = step(cluster, status, spec, T0 + t, etcd_reachable=False, reports=running).status
+    assert status.etcd.generation == 0 and status.stall is None
+    assert status.phase is Phase.RUNNING
+
+
+def test_a_recreated_etcd_is_not_recreated_again_on_stale_agent_reports() -> None:
+    """Right after a recreation the agents may still report the old generation reachable;
+    that is no evidence the new one served, so it gets its start-up grace."""
+    cluster = Cluster()
+    spec = job_spec()
+    status = _started(cluster)
+    running = {n: report(n) for n in ("demo-worker-0-0", "demo-worker-1-0")}
+    status = step(cluster, status, spec, T0 + 2, etcd_reachable=True, reports=running).status
+    cluster.set("demo-etcd-0", phase=PodPhase.FAILED, exit_code=137)
+    status = step(cluster, status, spec, T0 + 3, etcd_reachable=False, reports=running).status
+    assert status.etcd.generation == 1
+    cluster.run_all()
+    for t in (5, 8, 12, 20):
+        status = step(cluster, status, spec, T0 + t, etcd_reachable=False, reports=running).status
+    assert status.etcd.generation == 1
+
+
+def test_an_invalid_report_is_listed_with_its_reason_and_an_event_once() -> None:
+    cluster = Cluster()
+    spec = job_spec()
+    status = _started(cluster)
+    bad = {"demo-worker-1-0": "health report contains NaN, which JSON does not allow"}
+    good = {"demo-worker-0-0": report("demo-worker-0-0")}
+    first = step(
+        cluster, status, spec, T0 + 2, etcd_reachable=True, reports=good, invalid_reports=bad
+    )
+    assert first.status.invalid_reports == bad
+    assert first.status.to_json()["invalidReports"] == [
+        {"pod": "demo-worker-1-0", "reason": bad["demo-worker-1-0"]}
+    ]
+    assert [e.reason for e in first.events].count("InvalidHealthReport") == 1
+    # No answer at all next time: kept, no new Event.
+    quiet = step(cluster, first.status, spec, T0 + 4, etcd_reachable=True, reports=good)
+    assert quiet.status.invalid_reports == bad
+    assert "InvalidHealthReport" not in [e.reason for e in quiet.events]
+    # A valid report clears it.
+    both = {**good, "demo-worker-1-0": report("demo-worker-1-0")}
+    fixed = step(cluster, quiet.status, spec, T0 + 6, etcd_reachable=True, reports=both)
+    assert fixed.status.invalid_reports == {}
+
+
+def test_invalid_reports_in_status_stay_bounded() -> None:
+    cluster = Cluster()
+    spec = job_spec(replicas=40, maxNodes=40)
+    status = step(cluster, JobStatus(), spec, T0).status
+    cluster.run_all()
+    bad = {p.name: "x" * 10_000 for p in cluster.workers()}
+    result = step(cluster, status, spec, T0 + 1, etcd_reachable=True, invalid_reports=bad)
+    assert len(result.status.invalid_reports) == planning.MAX_INVALID_REPORTS
+    assert all(len(r) == planning.MAX_REASON_CHARS for r in result.status.invalid_reports.values())
+
+
+def test_a_rejected_request_is_a_condition_with_the_servers_message_and_one_event() -> None:
+    rejection = planning.Rejection(
+        "create Pod ns/demo-worker-0-0",
+        403,
+        'pods "demo-worker-0-0" is forbidden: violates PodSecurity',
+    )
+    status, event = planning.note_rejection(JobStatus(), rejection, now=T0, generation=4)
+    cond = find_condition(status.conditions, ConditionType.REQUEST_REJECTED)
+    assert cond is not None and cond["status"] == "True" and cond["reason"] == "Forbidden"
+    assert cond["message"] == f"create Pod ns/demo-worker-0-0: {rejection.message}"
+    assert cond["observedGeneration"] == 4
+    assert event is not None and event.reason == "Forbidden" and event.message == cond["message"]
+    again, repeat = planning.note_rejection(status, rejection, now=T0 + 2, generation=4)
+    assert repeat is None and again.conditions == status.conditions  # no Event per retry
+    fixed, none = planning.note_rejection(again, None, now=T0 + 4, generation=4)
+    cond = find_condition(fixed.conditions, ConditionType.REQUEST_REJECTED)
+    assert cond is not None and cond["status"] == "False" and cond["reason"] == "Accepted"
+    assert none is None
+    untouched, _ = planning.note_rejection(JobStatus(), None, now=T0, generation=1)
+    assert untouched.conditions == ()
+
+
+def test_every_condition_carries_the_observed_generation() -> None:
+    cluster = Cluster()
+    result = planning.plan(
+        JOB,
+        spec=job_spec(),
+        generation=7,
+        status=JobStatus(),
+        observed=cluster.observed(),
+        now=T0,
+    )
+    assert result.status.conditions
+    assert all(c["observedGeneration"] == 7 for c in result.status.conditions)

@@ -19,6 +19,7 @@ from typing import Any
 from . import network
 from .config import ClusterConfig, cache_dir, tool_path
 from .daemon import INFO_FILE, etcd_data_dir
+from .realnodes.node import remove_leftovers as remove_real_node_leftovers
 
 
 class ClusterError(RuntimeError):
@@ -318,7 +319,9 @@ def connect(config: ClusterConfig) -> LocalCluster | None:
     return LocalCluster(config, info) if info else None
 
 
-def start_cluster(config: ClusterConfig, timeout: float = 180, owned: bool = False) -> LocalCluster:
+def start_cluster(
+    config: ClusterConfig, timeout: float | None = None, owned: bool = False
+) -> LocalCluster:
     """Start the cluster process in the background and wait until every node is Ready.
 
     ``owned``: the cluster stops by itself when this process ends (even if it is killed), as
@@ -335,7 +338,8 @@ def start_cluster(config: ClusterConfig, timeout: float = 180, owned: bool = Fal
     env = {**os.environ, "PYTHONPATH": f"{package_root}:{os.environ.get('PYTHONPATH', '')}"}
     args = [
         sys.executable, "-m", "elasticjob_localcluster", "serve", "--name", config.name,
-        "--nodes", str(config.nodes), "--gpus-per-node", str(config.gpus_per_node),
+        "--nodes", str(config.nodes), "--real-nodes", str(config.real_nodes),
+        "--gpus-per-node", str(config.gpus_per_node),
         "--cpu-per-node", config.cpu_per_node, "--memory-per-node", config.memory_per_node,
     ]  # fmt: skip
     if owned:
@@ -346,6 +350,9 @@ def start_cluster(config: ClusterConfig, timeout: float = 180, owned: bool = Fal
             env=env, start_new_session=True,
         )  # fmt: skip
     (state / "pid").write_text(str(proc.pid))
+    if timeout is None:
+        # Real nodes import every image on their first start.
+        timeout = 600 if config.real_nodes else 180
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         info = _info(config)
@@ -403,4 +410,5 @@ def _cleanup_slot_if_free(slot: int) -> None:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return
+        remove_real_node_leftovers(network.Subnet(slot))
         network.remove_slot_leftovers(network.Subnet(slot))

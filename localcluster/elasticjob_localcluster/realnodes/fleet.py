@@ -13,7 +13,7 @@ from typing import Any
 from ..config import ClusterConfig, tool_path
 from ..controlplane import ControlPlane
 from ..network import Subnet, created_mount_points_file
-from .images import ImageEntry, clone_root, read_index, stamps_match
+from .images import ImageEntry, clone_root, prepare_store, read_index, remove_root
 from .layout import NodeLayout
 from .node import NodeError, RealNode, remove_leftovers, teardown
 from .render import coredns_manifests
@@ -65,23 +65,14 @@ class Fleet:
         nodes = list(self.nodes.values())
         for node in nodes:
             node.create_network(self.layouts)
-        first, others = nodes[0], nodes[1:]
-        first.boot(fresh=True)
         imported = time.monotonic()
-        first.import_images(self.images)
-        stale = [n for n in others if not stamps_match(n.containerd_root, self.images)]
-        if stale:
-            # One import, then hard-linked clones: each image is unpacked and stored once.
-            first.stop_containerd()
-            for node in stale:
-                clone_root(first.containerd_root, node.containerd_root)
-            first.restart_containerd()
+        store = prepare_store(self.images)
         self.timings["image_import_seconds"] = round(time.monotonic() - imported, 1)
-        with ThreadPoolExecutor(max_workers=len(others) or 1) as pool:
-            for future in [pool.submit(n.boot, True) for n in others]:
+        for node in nodes:
+            clone_root(store, node.containerd_root)
+        with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
+            for future in [pool.submit(n.boot) for n in nodes]:
                 future.result()
-        for node in others:
-            node.import_images(self.images)
         for node in nodes:
             node.start_kubelet()
         self.timings["real_nodes_seconds"] = round(time.monotonic() - began, 1)
@@ -150,7 +141,7 @@ class Fleet:
         if node.cut:
             node.set_link(up=True)
         if node.lost:
-            node.start(self.images, fresh=False)
+            node.start()
 
     def node_info(self) -> dict[str, Any]:
         """What the test handle needs to act on nodes and pods without asking this process."""
@@ -174,4 +165,5 @@ class Fleet:
                 log.warning("stopping %s: %s", node.name, err)
         for lay in self.layouts:
             teardown(lay)
+            remove_root(lay.containerd_root)
         remove_leftovers(self.subnet)

@@ -1,21 +1,30 @@
-"""The images the nodes run: read the image index and import it into a node's containerd.
+"""The images the nodes run: the image index, and the image store every node's containerd
+root is cloned from.
 
 The index (``$ELASTICJOB_CACHE/images/index.json``, written by ``localcluster/images``) is a JSON
-list of ``{"ref", "archive", "id"}``. An entry is imported into a node (containerd namespace
-``k8s.io``) unless the node already holds ``ref`` with that ``id``; so a node whose containerd root
-is kept across runs imports only what changed.
+list of ``{"ref", "archive", "id"}``. The image store (``$ELASTICJOB_CACHE/nodes/image-store``)
+is a containerd root into which a short-lived containerd imports (namespace ``k8s.io``, unpacked
+for overlayfs) every entry it does not hold with that ``id`` yet; so a second run imports
+nothing. Each node's root is a hard-linked clone of it (:func:`clone_root`): seconds per node,
+and no second copy of any image on disk.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import shutil
+import signal
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..config import cache_dir
+from .render import containerd_config
 
 REQUIRED = ("registry.k8s.io/pause:3.10", "registry.k8s.io/coredns/coredns:v1.12.0")
 
@@ -131,7 +140,9 @@ def clone_root(source: Path, target: Path) -> None:
     tmp.rename(target)
 
 
-def import_images(socket: Path, entries: list[ImageEntry], stamp_dir: Path) -> list[str]:
+def import_images(
+    socket: Path, entries: list[ImageEntry], stamp_dir: Path, timeout: float = 1800
+) -> list[str]:
     """Import each entry not yet in the node; returns the refs imported.
 
     ``stamp_dir`` (kept with the node's containerd root) records ``ref -> id`` of past imports:
@@ -150,7 +161,7 @@ def import_images(socket: Path, entries: list[ImageEntry], stamp_dir: Path) -> l
             continue
         if not entry.archive.is_file():
             raise ImageError(f"image {entry.ref}: archive {entry.archive} is missing")
-        done = _ctr(socket, "images", "import", str(entry.archive))
+        done = _ctr(socket, "images", "import", str(entry.archive), timeout=timeout)
         if done.returncode != 0:
             raise ImageError(f"import of {entry.ref} ({entry.archive}): {done.stderr.strip()}")
         if entry.ref not in present(socket):
@@ -165,3 +176,60 @@ def import_images(socket: Path, entries: list[ImageEntry], stamp_dir: Path) -> l
         tmp.replace(stamps_file)
         imported.append(entry.ref)
     return imported
+
+
+def store_root() -> Path:
+    """The image store's containerd root (one per machine, shared by every cluster)."""
+    return cache_dir() / "nodes" / "image-store" / "root"
+
+
+def prepare_store(entries: list[ImageEntry], timeout: float = 1800) -> Path:
+    """Import into the image store what it lacks (under a lock: clusters start concurrently);
+    returns its root, stopped and ready to clone."""
+    root = store_root()
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with (root.parent / "lock").open("a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if stamps_match(root, entries):
+            return root
+        with tempfile.TemporaryDirectory(prefix="ej-image-store-") as tmp:
+            work = Path(tmp)
+            socket = work / "containerd.sock"
+            config = work / "containerd.toml"
+            (work / "net.d").mkdir()
+            config.write_text(
+                containerd_config(
+                    root=root, state=work / "state", socket=socket,
+                    runc_root=work / "runc", cni_conf_dir=work / "net.d",
+                )
+            )  # fmt: skip
+            with (root.parent / "containerd.log").open("ab") as out:
+                proc = subprocess.Popen(
+                    ["setpriv", "--pdeathsig", "KILL", "--", "unshare", "--mount",
+                     "--propagation", "private", "--", "containerd", "--config", str(config)],
+                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                )  # fmt: skip
+            try:
+                deadline = time.monotonic() + 60
+                while _ctr(socket, "version", timeout=10).returncode != 0:
+                    if proc.poll() is not None or time.monotonic() > deadline:
+                        raise ImageError(
+                            f"the image store's containerd did not start; see "
+                            f"{root.parent / 'containerd.log'}"
+                        )
+                    time.sleep(0.2)
+                import_images(socket, entries, root, timeout)
+            finally:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        return root
+
+
+def remove_root(root: Path) -> None:
+    """Delete a node's containerd root (only hard links to the store's files go)."""
+    with contextlib.suppress(FileNotFoundError):
+        shutil.rmtree(root)

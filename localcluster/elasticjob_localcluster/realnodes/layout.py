@@ -106,6 +106,12 @@ class NodeLayout:
         return self.cluster_state_dir / "nodes" / self.name
 
     @property
+    def containerd_root(self) -> Path:
+        """Content store, snapshots and metadata: a hard-linked clone of the image store made
+        at cluster start (see :mod:`.images`), kept while the cluster runs."""
+        return self.dir / "containerd"
+
+    @property
     def containerd_state(self) -> Path:
         """Runtime state (sockets, tasks, pod netns mounts): fresh at every start."""
         return self.dir / "containerd-state"
@@ -157,12 +163,3 @@ class NodeLayout:
             "/var/log/pods": self.dir / "var-log-pods",
             "/var/lib/cni": self.dir / "var-lib-cni",
         }
-
-
-def containerd_root(cache: Path, subnet: Subnet, index: int) -> Path:
-    """containerd's root (content store, snapshots, metadata) of node ``index`` in slot ``k``.
-
-    Kept across cluster runs (keyed by slot, which only one running cluster holds), so images are
-    imported once per node rather than at every start.
-    """
-    return cache / "nodes" / f"slot-{subnet.slot}" / real_node_name(index) / "containerd"

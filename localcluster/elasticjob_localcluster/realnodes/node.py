@@ -17,13 +17,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ..config import cache_dir, k8s_bin_dir
+from ..config import k8s_bin_dir
 from ..controlplane import ControlPlane
 from ..network import NetworkError, Subnet
 from ..pki import issue_certificate
 from . import cgroups
-from .images import ImageEntry, import_images
-from .layout import NodeLayout, cluster_cidr, containerd_root
+from .layout import NodeLayout, cluster_cidr
 from .render import (
     KUBELET_SYSCTLS,
     cni_conflist,
@@ -97,7 +96,7 @@ class RealNode:
         self.holder: subprocess.Popen[bytes] | None = None
         self.lost = False
         self.cut = False
-        self.containerd_root = containerd_root(cache_dir(), layout.subnet, layout.index)
+        self.containerd_root = layout.containerd_root
 
     @property
     def name(self) -> str:
@@ -163,8 +162,12 @@ class RealNode:
             organization="system:nodes", ip_sans=[lay.node_ip], dns_sans=[lay.name],
         )  # fmt: skip
         lay.containerd_config.write_text(
-            containerd_config(lay, self.containerd_root, lay.dir / "runc")
-        )
+            containerd_config(
+                root=self.containerd_root, state=lay.containerd_state,
+                socket=lay.containerd_socket, runc_root=lay.dir / "runc",
+                cni_conf_dir=lay.cni_conf_dir,
+            )
+        )  # fmt: skip
         (lay.cni_conf_dir / "10-elasticjob.conflist").write_text(cni_conflist(lay))
         lay.resolv_conf.write_text("# no upstream resolver on this machine\n")
         lay.kubelet_config.write_text(
@@ -250,31 +253,20 @@ class RealNode:
         )  # fmt: skip
         return done.returncode == 0
 
-    def _leftover_containers(self) -> list[str]:
-        done = subprocess.run(
-            ["ctr", "--address", str(self.layout.containerd_socket), "-n", "k8s.io",
-             "containers", "ls", "-q"],
-            capture_output=True, text=True, timeout=30, check=False,
-        )  # fmt: skip
-        return done.stdout.split() if done.returncode == 0 else []
-
     def _start_containerd(self) -> None:
         self.layout.containerd_socket.unlink(missing_ok=True)
         self._spawn("containerd", ["containerd", "--config", str(self.layout.containerd_config)])
         self._wait("containerd", self._ctr_ok, 60)
 
-    def start(self, images: list[ImageEntry], fresh: bool) -> None:
-        """Start the node's processes and import ``images``; returns once the kubelet runs.
-
-        ``fresh``: a new cluster, so containers a previous cluster left in the kept containerd
-        root are removed first (a restored node keeps its own, as a rebooted machine does).
-        """
-        self.boot(fresh)
-        self.import_images(images)
+    def start(self) -> None:
+        """Start the node's processes (its containerd root holds the images); returns once the
+        kubelet runs. After :meth:`kill` this is the node booting again: its containers are
+        gone, its images and the kubelet's pods are not."""
+        self.boot()
         self.start_kubelet()
 
-    def boot(self, fresh: bool) -> None:
-        """Mount namespace, cgroups and containerd (leftover containers removed if ``fresh``)."""
+    def boot(self) -> None:
+        """Mount namespace, cgroups and containerd."""
         lay = self.layout
         self.lost = False
         self.processes = {}
@@ -291,33 +283,6 @@ class RealNode:
         )  # fmt: skip
         self._wait("mount namespace", ready_file.exists, 30)
         self._start_containerd()
-        if fresh:
-            leftovers = self._leftover_containers()
-            if leftovers:
-                # The CRI plugin caches containers at start: remove them, then restart it.
-                for cid in leftovers:
-                    subprocess.run(
-                        ["ctr", "--address", str(lay.containerd_socket), "-n", "k8s.io",
-                         "containers", "rm", cid],
-                        capture_output=True, timeout=30, check=False,
-                    )  # fmt: skip
-                self.stop_containerd()
-                self._start_containerd()
-
-    def stop_containerd(self) -> None:
-        proc = self.processes.pop("containerd")
-        proc.terminate()
-        proc.wait(timeout=30)
-
-    def restart_containerd(self) -> None:
-        self._start_containerd()
-
-    def import_images(self, images: list[ImageEntry]) -> None:
-        started = time.monotonic()
-        imported = import_images(self.layout.containerd_socket, images, self.containerd_root)
-        if imported:
-            log.info("%s: imported %s in %.1f s", self.name, ", ".join(imported),
-                     time.monotonic() - started)  # fmt: skip
 
     def start_kubelet(self) -> None:
         """The kubelet, kube-proxy and the device plugin (containerd runs)."""

@@ -32,7 +32,9 @@ def _toml_str(value: str | Path) -> str:
     return json.dumps(str(value))
 
 
-def containerd_config(layout: NodeLayout, root: Path, runc_root: Path) -> str:
+def containerd_config(
+    *, root: Path, state: Path, socket: Path, runc_root: Path, cni_conf_dir: Path
+) -> str:
     """containerd 1.6 configuration (version 2) with the CRI plugin set up for this machine.
 
     ``restrict_oom_score_adj``: the shell here cannot lower ``oom_score_adj`` and runc fails every
@@ -44,16 +46,16 @@ def containerd_config(layout: NodeLayout, root: Path, runc_root: Path) -> str:
         [
             "version = 2",
             f"root = {_toml_str(root)}",
-            f"state = {_toml_str(layout.containerd_state)}",
+            f"state = {_toml_str(state)}",
             "disabled_plugins = ["
             '"io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", '
             '"io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs", '
             '"io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]',
             "",
             "[grpc]",
-            f"  address = {_toml_str(layout.containerd_socket)}",
+            f"  address = {_toml_str(socket)}",
             "[ttrpc]",
-            f"  address = {_toml_str(str(layout.containerd_socket) + '.ttrpc')}",
+            f"  address = {_toml_str(str(socket) + '.ttrpc')}",
             "[debug]",
             '  address = ""',
             "[metrics]",
@@ -81,7 +83,7 @@ def containerd_config(layout: NodeLayout, root: Path, runc_root: Path) -> str:
             f"  Root = {_toml_str(runc_root)}",
             f"[{cri}.cni]",
             '  bin_dir = "/usr/lib/cni"',
-            f"  conf_dir = {_toml_str(layout.cni_conf_dir)}",
+            f"  conf_dir = {_toml_str(cni_conf_dir)}",
             "  max_conf_num = 1",
             "",
         ]

@@ -22,6 +22,8 @@ log = logging.getLogger(__name__)
 
 #: How long a start waits for the image index to list the pause and CoreDNS images.
 IMAGE_INDEX_WAIT_S = 30.0
+#: Container waiting reasons that no amount of waiting cures.
+FATAL_WAITING = {"ErrImageNeverPull", "CreateContainerConfigError", "InvalidImageName"}
 
 
 class Fleet:
@@ -97,6 +99,15 @@ class Fleet:
             ]  # fmt: skip
             if ready:
                 break
+            stuck = [
+                w["reason"] + ": " + w.get("message", "")
+                for p in pods.get("items", [])
+                for c in p.get("status", {}).get("containerStatuses", [])
+                for w in [c.get("state", {}).get("waiting", {})]
+                if w.get("reason") in FATAL_WAITING
+            ]
+            if stuck:
+                raise NodeError(f"CoreDNS cannot start: {'; '.join(stuck)}")
             if time.monotonic() > deadline:
                 raise NodeError(
                     f"CoreDNS not Ready after {timeout:.0f} s: "

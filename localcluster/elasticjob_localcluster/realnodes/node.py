@@ -22,7 +22,7 @@ from ..controlplane import ControlPlane
 from ..network import NetworkError, Subnet
 from ..pki import issue_certificate
 from . import cgroups
-from .layout import NodeLayout, cluster_cidr
+from .layout import REAL_NODE_LABEL, NodeLayout, cluster_cidr
 from .render import (
     KUBELET_SYSCTLS,
     cni_conflist,
@@ -296,6 +296,7 @@ class RealNode:
             f"--node-ip={lay.node_ip}",
             f"--root-dir={lay.kubelet_root}",
             f"--cert-dir={lay.pki}",
+            f"--node-labels={REAL_NODE_LABEL}=true",
             "--v=1",
         ])  # fmt: skip
         self._spawn(

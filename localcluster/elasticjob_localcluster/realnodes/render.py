@@ -10,7 +10,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .layout import CLUSTER_DNS_IP, CLUSTER_DOMAIN, REAL_NODE_TAINT_KEY, NodeLayout
+from .layout import (
+    CLUSTER_DNS_IP,
+    CLUSTER_DOMAIN,
+    REAL_NODE_LABEL,
+    REAL_NODE_TAINT_KEY,
+    NodeLayout,
+)
 
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 COREDNS_IMAGE = "registry.k8s.io/coredns/coredns:v1.12.0"
@@ -299,7 +305,8 @@ def coredns_manifests(tolerate_real_node_taint: bool) -> list[dict[str, Any]]:
                         "priorityClassName": "system-cluster-critical",
                         "dnsPolicy": "Default",
                         "tolerations": tolerations,
-                        "nodeSelector": {"kubernetes.io/os": "linux"},
+                        # On real nodes only: the emulator runs no images.
+                        "nodeSelector": {REAL_NODE_LABEL: "true"},
                         "containers": [
                             {
                                 "name": "coredns",

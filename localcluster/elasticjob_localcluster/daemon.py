@@ -59,6 +59,7 @@ def serve(config: ClusterConfig, owner_pid: int = 0) -> int:
     signal.signal(signal.SIGTERM, request_stop)
     cp: ControlPlane | None = None
     try:
+        remove_real_node_leftovers(subnet)  # of a cluster that died on this slot
         network.create_bridge(subnet)
         cp = start_control_plane(
             state, subnet.gateway, etcd_data_dir(config), real_nodes=config.real_node_names()

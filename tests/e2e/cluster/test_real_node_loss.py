@@ -45,3 +45,10 @@ def test_lost_real_node_dies_at_once_and_boots_again(
         return bool(statuses) and "running" in statuses[0]["state"]
 
     cluster.wait_for("the pod to run again on the rebooted node", running_again, timeout=120)
+
+    def dns_available() -> bool:
+        status = cluster.get_json("deployment", "coredns", "-n", "kube-system")["status"]
+        return int(status.get("availableReplicas", 0)) >= 1
+
+    # Leave the cluster as found: CoreDNS may have run on the lost node.
+    cluster.wait_for("CoreDNS available again", dns_available, timeout=120)

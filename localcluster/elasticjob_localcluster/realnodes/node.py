@@ -199,11 +199,13 @@ class RealNode:
         return "\n".join(lines)
 
     def _record_mount_points(self) -> None:
-        created = []
+        created: list[Path] = []
         for target in host_mount_points(self.layout):
+            missing = [target, *(p for p in target.parents if not p.exists())]
             if not target.exists():
                 target.mkdir(parents=True)
-                created.append(target)
+                # Every directory made here is removed again when the last cluster stops.
+                created.extend(p for p in missing if p.exists())
         if created:
             with self.created_mount_points.open("a") as record:
                 record.write("".join(f"{path}\n" for path in created))

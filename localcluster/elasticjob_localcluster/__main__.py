@@ -15,6 +15,7 @@ def _config(args: argparse.Namespace) -> ClusterConfig:
     return ClusterConfig(
         name=args.name,
         nodes=args.nodes,
+        real_nodes=args.real_nodes,
         gpus_per_node=args.gpus_per_node,
         cpu_per_node=args.cpu_per_node,
         memory_per_node=args.memory_per_node,
@@ -27,6 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("rest", nargs="*", help="logs: NAMESPACE POD [CONTAINER]")
     parser.add_argument("--name", default="dev", help="cluster name (default: dev)")
     parser.add_argument("--nodes", type=int, default=4)
+    parser.add_argument(
+        "--real-nodes", type=int, default=0, help="real nodes (kubelet, containerd) besides --nodes"
+    )
     parser.add_argument("--gpus-per-node", type=int, default=4)
     parser.add_argument("--cpu-per-node", default="8")
     parser.add_argument("--memory-per-node", default="32Gi")
@@ -50,9 +54,16 @@ def main(argv: list[str] | None = None) -> int:
             info = cluster.info
             print(
                 f"cluster {config.name!r} is up: Kubernetes {info['version']}, "
-                f"{len(info['nodes'])} nodes x {info['gpus_per_node']} nvidia.com/gpu\n"
+                f"{len(info['nodes'])} nodes x {info['gpus_per_node']} nvidia.com/gpu"
+                f" ({len(info.get('real_nodes', {}))} real)\n"
                 f"  control plane started in {info['control_plane_seconds']} s, "
-                f"ready in {info['start_seconds']} s\n\n"
+                + (
+                    f"real nodes in {info['real_nodes_seconds']} s, "
+                    f"CoreDNS in {info['dns_seconds']} s, "
+                    if info.get("real_nodes")
+                    else ""
+                )
+                + f"ready in {info['start_seconds']} s\n\n"
                 f"  export KUBECONFIG={cluster.kubeconfig}\n"
                 f"  export PATH={tool_path('kubectl').parent}:$PATH   # kubectl and helm\n"
                 "  kubectl get nodes\n"

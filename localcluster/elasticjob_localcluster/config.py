@@ -10,6 +10,9 @@ from pathlib import Path
 #: The Kubernetes release that ``localcluster/build.sh`` builds (keep the two in step).
 K8S_VERSION = "v1.33.13"
 
+#: Real nodes per cluster: each costs about 150 MB and a copy of every image.
+MAX_REAL_NODES = 8
+
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}$")
 _QUANTITY_RE = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|Mi|Gi|Ti|M|G|T)?$")
 
@@ -52,6 +55,9 @@ class ClusterConfig:
     name: str = "dev"
     #: Number of virtual nodes the node emulator registers (``node-1`` ... ``node-N``).
     nodes: int = 4
+    #: Number of real nodes (``real-1`` ... ``real-M``): kubelet, containerd and runc, CNI bridge,
+    #: kube-proxy, the fake GPU device plugin; CoreDNS runs on them. 0: emulated nodes only.
+    real_nodes: int = 0
     #: ``nvidia.com/gpu`` capacity of each node.
     gpus_per_node: int = 4
     #: CPU capacity of each node (a Kubernetes quantity).
@@ -66,8 +72,14 @@ class ClusterConfig:
             raise ValueError(
                 f"cluster name {self.name!r}: use 1-31 lowercase letters, digits or '-'"
             )
-        if not 1 <= self.nodes <= 64:
-            raise ValueError(f"nodes={self.nodes}: choose between 1 and 64 virtual nodes")
+        if not 0 <= self.nodes <= 64:
+            raise ValueError(f"nodes={self.nodes}: choose between 0 and 64 virtual nodes")
+        if not 0 <= self.real_nodes <= MAX_REAL_NODES:
+            raise ValueError(
+                f"real_nodes={self.real_nodes}: choose between 0 and {MAX_REAL_NODES} real nodes"
+            )
+        if self.nodes + self.real_nodes == 0:
+            raise ValueError("nodes=0 and real_nodes=0: a cluster needs at least one node")
         if self.gpus_per_node < 0:
             raise ValueError(f"gpus_per_node={self.gpus_per_node}: must be >= 0")
         for field, value in (
@@ -89,3 +101,7 @@ class ClusterConfig:
     def node_names(self) -> list[str]:
         """Names of the virtual nodes, ``node-1`` ... ``node-N``."""
         return [f"node-{i}" for i in range(1, self.nodes + 1)]
+
+    def real_node_names(self) -> list[str]:
+        """Names of the real nodes, ``real-1`` ... ``real-M``."""
+        return [f"real-{i}" for i in range(1, self.real_nodes + 1)]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from .config import K8S_VERSION, k8s_bin_dir
 from .kubeconfig import render_kubeconfig
-from .pki import Pki, make_pki
+from .pki import Pki, issue_certificate, make_pki, node_identities
 
 SERVICE_CIDR = "10.96.0.0/16"
 SERVICE_ISSUER = "https://kubernetes.default.svc.cluster.local"
@@ -124,9 +124,15 @@ def _wait(
     raise ControlPlaneError(f"{what} not ready after {timeout:.0f} s: {last}")
 
 
-def start_control_plane(state_dir: Path, host: str, etcd_data_dir: Path) -> ControlPlane:
+def start_control_plane(
+    state_dir: Path, host: str, etcd_data_dir: Path, real_nodes: list[str] | None = None
+) -> ControlPlane:
     """Start etcd and the three components on ``host`` and wait until the API is ready,
     controllers run and the ``default`` ServiceAccount exists.
+
+    ``real_nodes``: names of the kubelets that will join; each gets a static identity
+    ``system:node:<name>`` (and kube-proxy one of its own). The API server reaches kubelets
+    with a client certificate of the cluster CA and verifies their serving certificates.
 
     Writes ``<state_dir>/<identity>.kubeconfig`` for every static identity. On failure the
     processes started so far are stopped before the error propagates.
@@ -147,7 +153,12 @@ def start_control_plane(state_dir: Path, host: str, etcd_data_dir: Path) -> Cont
             "kubernetes.default.svc",
             "kubernetes.default.svc.cluster.local",
         ],
+        extra_identities=node_identities(real_nodes or []),
     )
+    issue_certificate(
+        pki, "kubelet-client", common_name="kube-apiserver-kubelet-client",
+        organization="system:masters", usage="clientAuth",
+    )  # fmt: skip
     cp = ControlPlane(
         state_dir=state_dir,
         host=host,
@@ -192,7 +203,11 @@ def _start_components(cp: ControlPlane, binaries: dict[str, str], etcd_data_dir:
         f"--tls-cert-file={pki.serving_cert}", f"--tls-private-key-file={pki.serving_key}",
         f"--client-ca-file={pki.ca_cert}",
         f"--token-auth-file={pki.token_file}",
-        "--authorization-mode=RBAC",
+        "--authorization-mode=Node,RBAC",
+        "--enable-admission-plugins=NodeRestriction",
+        f"--kubelet-client-certificate={pki.directory / 'kubelet-client.crt'}",
+        f"--kubelet-client-key={pki.directory / 'kubelet-client.key'}",
+        f"--kubelet-certificate-authority={pki.ca_cert}",
         f"--service-account-issuer={SERVICE_ISSUER}",
         f"--service-account-key-file={pki.sa_pub}",
         f"--service-account-signing-key-file={pki.sa_key}",

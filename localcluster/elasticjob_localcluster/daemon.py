@@ -17,6 +17,7 @@ import os
 import shutil
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,8 @@ from .config import ClusterConfig, cache_dir
 from .controlplane import ControlPlane, start_control_plane, version
 from .emulator import NodeEmulator, control_server
 from .kubeapi import KubeApi
+from .realnodes.fleet import Fleet
+from .realnodes.node import remove_leftovers as remove_real_node_leftovers
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +59,11 @@ def serve(config: ClusterConfig, owner_pid: int = 0) -> int:
     signal.signal(signal.SIGTERM, request_stop)
     cp: ControlPlane | None = None
     try:
+        remove_real_node_leftovers(subnet)  # of a cluster that died on this slot
         network.create_bridge(subnet)
-        cp = start_control_plane(state, subnet.gateway, etcd_data_dir(config))
+        cp = start_control_plane(
+            state, subnet.gateway, etcd_data_dir(config), real_nodes=config.real_node_names()
+        )
         control_plane_s = time.monotonic() - started
         log.info("control plane ready in %.1f s", control_plane_s)
         asyncio.run(
@@ -79,6 +85,7 @@ def serve(config: ClusterConfig, owner_pid: int = 0) -> int:
         (state / INFO_FILE).unlink(missing_ok=True)
         if cp is not None:
             cp.stop()
+        remove_real_node_leftovers(subnet)
         network.delete_bridge(subnet)
         shutil.rmtree(etcd_data_dir(config), ignore_errors=True)
         if not network.other_slots_in_use(subnet.slot):
@@ -134,6 +141,7 @@ async def _run(
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stopping.set)
+    fleet = Fleet(config, cp, subnet) if config.real_nodes else None
     async with KubeApi(cp.server, cp.tokens["node-emulator"], cp.pki.ca_cert) as api:
         emulator = NodeEmulator(
             config=config,
@@ -145,21 +153,42 @@ async def _run(
         )
         try:
             await emulator.start()
+            if fleet is not None:
+                await asyncio.to_thread(fleet.start)
+
+            def real(node: str) -> bool:
+                return fleet is not None and node in fleet.nodes
 
             async def lose(req: dict[str, Any]) -> Any:
-                return await emulator.lose_node(str(req["node"]))
+                node = str(req["node"])
+                if fleet is not None and real(node):
+                    return await asyncio.to_thread(fleet.lose, node)
+                return await emulator.lose_node(node)
 
             async def restore(req: dict[str, Any]) -> Any:
-                await emulator.restore_node(str(req["node"]))
+                node = str(req["node"])
+                if fleet is not None and real(node):
+                    await asyncio.to_thread(fleet.restore, node)
+                else:
+                    await emulator.restore_node(node)
+                return None
+
+            async def cut(req: dict[str, Any]) -> Any:
+                if fleet is None:
+                    raise ValueError("cut_node needs a real node; this cluster has none")
+                await asyncio.to_thread(fleet.cut, str(req["node"]))
                 return None
 
             async def ping(_req: dict[str, Any]) -> Any:
                 return "pong"
 
             server = await control_server(
-                state / "control.sock", {"lose_node": lose, "restore_node": restore, "ping": ping}
+                state / "control.sock",
+                {"lose_node": lose, "restore_node": restore, "cut_node": cut, "ping": ping},
             )
-            await _wait_nodes_ready(api, config)
+            await _wait_nodes_ready(api, config, fleet.check_alive if fleet else None)
+            if fleet is not None:
+                await asyncio.to_thread(fleet.deploy_dns)
             info = {
                 "name": config.name,
                 "pid": os.getpid(),
@@ -169,9 +198,12 @@ async def _run(
                 "slot": subnet.slot,
                 "gateway": subnet.gateway,
                 "api_port": cp.api_port,
-                "nodes": config.node_names(),
+                "nodes": config.node_names() + config.real_node_names(),
+                "virtual_nodes": config.node_names(),
+                "real_nodes": fleet.node_info() if fleet is not None else {},
                 "gpus_per_node": config.gpus_per_node,
                 "control_plane_seconds": round(cp_s, 1),
+                **(fleet.timings if fleet is not None else {}),
                 "start_seconds": round(time.monotonic() - started, 1),
             }
             tmp = state / (INFO_FILE + ".tmp")
@@ -182,6 +214,8 @@ async def _run(
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stopping.wait(), 1)
                 cp.check_alive()
+                if fleet is not None:
+                    fleet.check_alive()
                 if owner_pid and not _alive(owner_pid):
                     log.info("owner process %d is gone: stopping", owner_pid)
                     stopping.set()
@@ -191,11 +225,21 @@ async def _run(
                 await asyncio.wait_for(emulator.shutdown(), 30)
             except Exception as err:
                 log.warning("emulator shutdown: %s", err)
+            if fleet is not None:
+                await asyncio.to_thread(fleet.stop)
 
 
-async def _wait_nodes_ready(api: KubeApi, config: ClusterConfig, limit_s: float = 60) -> None:
+async def _wait_nodes_ready(
+    api: KubeApi,
+    config: ClusterConfig,
+    check_alive: Callable[[], None] | None = None,
+    limit_s: float = 120,
+) -> None:
     deadline = time.monotonic() + limit_s
+    want = config.nodes + config.real_nodes
     while True:
+        if check_alive is not None:
+            check_alive()
         nodes = (await api.get("/api/v1/nodes")).get("items", [])
         ready = [
             n
@@ -208,10 +252,8 @@ async def _wait_nodes_ready(api: KubeApi, config: ClusterConfig, limit_s: float 
                 t.get("key") == "node.kubernetes.io/not-ready" for t in n["spec"].get("taints", [])
             )
         ]
-        if len(ready) >= config.nodes:
+        if len(ready) >= want:
             return
         if time.monotonic() > deadline:
-            raise RuntimeError(
-                f"only {len(ready)} of {config.nodes} nodes became Ready in {limit_s:.0f} s"
-            )
+            raise RuntimeError(f"only {len(ready)} of {want} nodes became Ready in {limit_s:.0f} s")
         await asyncio.sleep(0.3)

@@ -19,6 +19,7 @@ from typing import Any
 from . import network
 from .config import ClusterConfig, cache_dir, tool_path
 from .daemon import INFO_FILE, etcd_data_dir
+from .realnodes.node import remove_leftovers as remove_real_node_leftovers
 
 
 class ClusterError(RuntimeError):
@@ -38,7 +39,13 @@ class LocalCluster:
         self.kubeconfig = Path(str(info["kubeconfig"]))
         #: API server URL, e.g. ``https://10.200.0.1:38211``.
         self.server = str(info["server"])
+        #: Every node: the virtual ones (``node-<i>``), then the real ones (``real-<i>``).
         self.nodes: list[str] = list(info["nodes"])
+        #: The node emulator's nodes.
+        self.virtual_nodes: list[str] = list(info.get("virtual_nodes", info["nodes"]))
+        #: Real nodes (kubelet, containerd): name -> netns, host_veth, node_ip, pod_cidr,
+        #: containerd_socket, logs.
+        self.real_nodes: dict[str, dict[str, str]] = dict(info.get("real_nodes", {}))
         helm_home = config.state_dir / "helm"
         #: Environment for kubectl/helm/clients: KUBECONFIG set, cached kubectl and helm first.
         self.env = {
@@ -137,6 +144,60 @@ class LocalCluster:
 
     # ---------------------------------------------------------------- pods and nodes
 
+    def _real(self, namespace: str, pod: str) -> tuple[dict[str, Any], dict[str, str]] | None:
+        """(pod, its real node's info) if the pod is bound to a real node, else None."""
+        if not self.real_nodes:
+            return None
+        obj = self.pod(namespace, pod)
+        node = (obj or {}).get("spec", {}).get("nodeName", "")
+        if obj is None or node not in self.real_nodes:
+            return None
+        return obj, self.real_nodes[node]
+
+    def _container_id(self, obj: dict[str, Any], container: str | None) -> tuple[str, str]:
+        """(name, containerd id) of the pod's running container ``container`` (default: the
+        first)."""
+        meta = obj["metadata"]
+        statuses = obj.get("status", {}).get("containerStatuses", [])
+        name = container or obj["spec"]["containers"][0]["name"]
+        for status in statuses:
+            if status["name"] == name and "running" in status.get("state", {}):
+                return name, str(status["containerID"]).split("://", 1)[-1]
+        raise ClusterError(f"container {name} of {meta['namespace']}/{meta['name']} is not running")
+
+    def _real_veth(self, namespace: str, pod: str) -> tuple[str, str]:
+        """(node netns, the pod's host-side veth in it) of a pod on a real node."""
+        found = self._real(namespace, pod)
+        if found is None:
+            raise ClusterError(f"pod {namespace}/{pod} is not on a real node")
+        obj, node = found
+        # The sandbox's network namespace is the one of any of its running containers.
+        _name, cid = self._container_id(obj, None)
+        tasks = subprocess.run(
+            ["ctr", "--address", node["containerd_socket"], "-n", "k8s.io", "tasks", "ls"],
+            capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip
+        pid = next(
+            (line.split()[1] for line in tasks.stdout.splitlines() if line.startswith(cid)), ""
+        )
+        if not pid:
+            raise ClusterError(f"no task for container {cid} of {namespace}/{pod}")
+        link = subprocess.run(
+            ["nsenter", "-t", pid, "-n", "ip", "-o", "link", "show", "eth0"],
+            capture_output=True, text=True, timeout=30, check=False,
+        ).stdout  # fmt: skip
+        # "3: eth0@if12: ...": the peer's index in the node's namespace.
+        peer = link.split(":")[1].split("@if")[-1] if "@if" in link else ""
+        for line in network.run_ip("-n", node["netns"], "-o", "link", "show").splitlines():
+            index, rest = line.split(":", 1)
+            if index.strip() == peer:
+                return node["netns"], rest.strip().split("@")[0]
+        raise ClusterError(f"no veth of {namespace}/{pod} in {node['netns']}")
+
+    def _set_real_pod_link(self, namespace: str, pod: str, up: bool) -> None:
+        netns, veth = self._real_veth(namespace, pod)
+        network.run_ip("-n", netns, "link", "set", veth, "up" if up else "down")
+
     def _record(self, namespace: str, pod: str) -> dict[str, Any]:
         path = self.config.state_dir / "records" / namespace / f"{pod}.json"
         try:
@@ -147,17 +208,29 @@ class LocalCluster:
 
     def pod_ip(self, namespace: str, pod: str) -> str:
         """The pod's IP address on the pod network."""
-        ip = str(self._record(namespace, pod)["ip"])
+        real = self._real(namespace, pod)
+        ip = (
+            str(real[0].get("status", {}).get("podIP", ""))
+            if real
+            else str(self._record(namespace, pod)["ip"])
+        )
         if not ip:
             raise ClusterError(f"pod {namespace}/{pod} has no address yet")
         return ip
 
     def cut_pod(self, namespace: str, pod: str) -> None:
-        """Cut the pod off the network (both ways) until :meth:`restore_pod`."""
+        """Cut the pod off the network (both ways) until :meth:`restore_pod`: its veth on the
+        bridge goes down (on a real node: the CNI bridge's veth inside the node)."""
+        if self._real(namespace, pod):
+            self._set_real_pod_link(namespace, pod, up=False)
+            return
         network.set_link(str(self._record(namespace, pod)["veth"]), up=False)
 
     def restore_pod(self, namespace: str, pod: str) -> None:
         """Reconnect a pod cut off by :meth:`cut_pod`."""
+        if self._real(namespace, pod):
+            self._set_real_pod_link(namespace, pod, up=True)
+            return
         network.set_link(str(self._record(namespace, pod)["veth"]), up=True)
 
     def _all_records(self) -> Iterator[dict[str, Any]]:
@@ -165,8 +238,17 @@ class LocalCluster:
             with contextlib.suppress(OSError, ValueError):
                 yield json.loads(path.read_text())
 
+    def _set_real_pod_links(self, up: bool) -> None:
+        for node in self.real_nodes.values():
+            with contextlib.suppress(network.NetworkError):
+                out = network.run_ip("-n", node["netns"], "-o", "link", "show", "master", "cni0")
+                for line in out.splitlines():
+                    veth = line.split(":", 2)[1].strip().split("@")[0]
+                    network.run_ip("-n", node["netns"], "link", "set", veth, "up" if up else "down")
+
     def cut_all_pods(self) -> None:
         """Cut every currently running pod off the network."""
+        self._set_real_pod_links(up=False)
         for record in self._all_records():
             if record.get("veth"):
                 with contextlib.suppress(network.NetworkError):
@@ -174,6 +256,7 @@ class LocalCluster:
 
     def restore_all_pods(self) -> None:
         """Reconnect every pod."""
+        self._set_real_pod_links(up=True)
         for record in self._all_records():
             if record.get("veth"):
                 with contextlib.suppress(network.NetworkError):
@@ -183,7 +266,20 @@ class LocalCluster:
         self, namespace: str, pod: str, sig: int = signal.SIGKILL, container: str | None = None
     ) -> None:
         """Send ``sig`` to the container's command as if it crashed; the emulator reports the
-        exit (code 128 + ``sig`` unless the command handles it) and applies ``restartPolicy``."""
+        exit (code 128 + ``sig`` unless the command handles it) and applies ``restartPolicy``.
+        On a real node the signal goes to the container's init process through containerd."""
+        real = self._real(namespace, pod)
+        if real:
+            obj, node = real
+            _name, cid = self._container_id(obj, container)
+            done = subprocess.run(
+                ["ctr", "--address", node["containerd_socket"], "-n", "k8s.io", "tasks", "kill",
+                 "-s", signal.Signals(sig).name, cid],
+                capture_output=True, text=True, timeout=30, check=False,
+            )  # fmt: skip
+            if done.returncode != 0:
+                raise ClusterError(f"kill {cid} of {namespace}/{pod}: {done.stderr.strip()}")
+            return
         record = self._record(namespace, pod)
         containers = record["containers"]
         name = container or next((n for n, c in containers.items() if not c.get("init")), None)
@@ -208,7 +304,16 @@ class LocalCluster:
         check: bool = False,
     ) -> subprocess.CompletedProcess[str]:
         """Run ``argv`` inside a running container's network, mount and UTS namespaces, with
-        the container's environment: this cluster's ``kubectl exec``."""
+        the container's environment: this cluster's ``kubectl exec`` (on a real node, ``kubectl
+        exec`` itself)."""
+        if self._real(namespace, pod):
+            args = ["exec", "-n", namespace, pod] + (["-c", container] if container else [])
+            done = self.kubectl(*args, "--", *argv, check=False, timeout=timeout)
+            if check and done.returncode != 0:
+                raise ClusterError(
+                    f"{argv} in {namespace}/{pod} exited {done.returncode}: {done.stderr}"
+                )
+            return done
         record = self._record(namespace, pod)
         containers = record["containers"]
         name = container or next((n for n, c in containers.items() if not c.get("init")), None)
@@ -237,7 +342,12 @@ class LocalCluster:
     ) -> str:
         """The container's log (``previous``: the run before the last restart), read from the
         file the emulator writes; ``kubectl logs`` serves the same file. ``""`` while the pod is
-        not running on a virtual node (not yet started, or already gone)."""
+        not running on a virtual node (not yet started, or already gone). On a real node:
+        ``kubectl logs`` (``""`` while the kubelet has no log for it)."""
+        if self._real(namespace, pod):
+            args = ["logs", "-n", namespace, pod] + (["-c", container] if container else [])
+            done = self.kubectl(*args, *(["--previous"] if previous else []), check=False)
+            return done.stdout if done.returncode == 0 else ""
         try:
             record = self._record(namespace, pod)
         except ClusterError:
@@ -271,13 +381,21 @@ class LocalCluster:
         return answer.get("result")
 
     def lose_node(self, node: str) -> list[str]:
-        """The node stops heartbeating, its pods' processes are killed and the pods fail with
-        reason ``NodeLost``; its Ready condition becomes Unknown (the node lifecycle controller
-        then taints it). Returns ``namespace/name`` of the lost pods."""
+        """The node dies. Virtual node: it stops heartbeating, its pods' processes are killed
+        and the pods fail with reason ``NodeLost``. Real node: every process of the node
+        (kubelet, containerd, shims, containers, kube-proxy) is SIGKILLed at once; its pods stay
+        as the API last saw them. Either way its Ready condition becomes Unknown and the node
+        lifecycle controller taints it. Returns ``namespace/name`` of the pods bound to it."""
         return list(self._control({"op": "lose_node", "node": node}))
 
+    def cut_node(self, node: str) -> None:
+        """Take a real node's link down: the node, its pods and its kubelet reach nothing and
+        nothing reaches them, until :meth:`restore_node`."""
+        self._control({"op": "cut_node", "node": node})
+
     def restore_node(self, node: str) -> None:
-        """Undo :meth:`lose_node`: heartbeats resume and the node is Ready again."""
+        """Undo :meth:`lose_node` (a real node boots again: new kubelet and containerd, its
+        containers restarted as the kubelet decides) and :meth:`cut_node`."""
         self._control({"op": "restore_node", "node": node})
 
     # ---------------------------------------------------------------- lifecycle
@@ -318,7 +436,9 @@ def connect(config: ClusterConfig) -> LocalCluster | None:
     return LocalCluster(config, info) if info else None
 
 
-def start_cluster(config: ClusterConfig, timeout: float = 180, owned: bool = False) -> LocalCluster:
+def start_cluster(
+    config: ClusterConfig, timeout: float | None = None, owned: bool = False
+) -> LocalCluster:
     """Start the cluster process in the background and wait until every node is Ready.
 
     ``owned``: the cluster stops by itself when this process ends (even if it is killed), as
@@ -335,7 +455,8 @@ def start_cluster(config: ClusterConfig, timeout: float = 180, owned: bool = Fal
     env = {**os.environ, "PYTHONPATH": f"{package_root}:{os.environ.get('PYTHONPATH', '')}"}
     args = [
         sys.executable, "-m", "elasticjob_localcluster", "serve", "--name", config.name,
-        "--nodes", str(config.nodes), "--gpus-per-node", str(config.gpus_per_node),
+        "--nodes", str(config.nodes), "--real-nodes", str(config.real_nodes),
+        "--gpus-per-node", str(config.gpus_per_node),
         "--cpu-per-node", config.cpu_per_node, "--memory-per-node", config.memory_per_node,
     ]  # fmt: skip
     if owned:
@@ -346,6 +467,9 @@ def start_cluster(config: ClusterConfig, timeout: float = 180, owned: bool = Fal
             env=env, start_new_session=True,
         )  # fmt: skip
     (state / "pid").write_text(str(proc.pid))
+    if timeout is None:
+        # Real nodes import every image on their first start.
+        timeout = 600 if config.real_nodes else 180
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         info = _info(config)
@@ -403,4 +527,5 @@ def _cleanup_slot_if_free(slot: int) -> None:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return
+        remove_real_node_leftovers(network.Subnet(slot))
         network.remove_slot_leftovers(network.Subnet(slot))

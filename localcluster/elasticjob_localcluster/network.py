@@ -72,6 +72,11 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return done
 
 
+def run_ip(*args: str) -> str:
+    """``ip <args>``; returns its output, raises :class:`NetworkError` on failure."""
+    return _ip(*args).stdout
+
+
 def acquire_slot(lock_dir: Path) -> tuple[Subnet, IO[str]]:
     """Lock the first free slot; the lock lasts as long as the returned file stays open."""
     if os.geteuid() != 0:

@@ -69,14 +69,64 @@ def _openssl(*args: str, cwd: Path) -> None:
         raise PkiError(f"openssl {' '.join(args[:2])} failed: {done.stderr.strip()}")
 
 
+def node_identities(nodes: list[str]) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """Static identities of real nodes: each kubelet as ``system:node:<name>`` (what the Node
+    authorizer and NodeRestriction expect) under ``node-<name>``, and kube-proxy as
+    ``system:kube-proxy`` (bound to ``system:node-proxier`` by RBAC's bootstrap policy)."""
+    identities: dict[str, tuple[str, tuple[str, ...]]] = {
+        f"node-{name}": (f"system:node:{name}", ("system:nodes",)) for name in nodes
+    }
+    if nodes:
+        identities["kube-proxy"] = ("system:kube-proxy", ())
+    return identities
+
+
+def issue_certificate(
+    pki: Pki,
+    name: str,
+    *,
+    common_name: str,
+    organization: str = "",
+    ip_sans: list[str] | None = None,
+    dns_sans: list[str] | None = None,
+    usage: str = "serverAuth",
+) -> tuple[Path, Path]:
+    """A key and a certificate signed by the cluster CA, written as ``<name>.key``/``.crt`` in
+    ``pki.directory``; ``usage`` is the extendedKeyUsage (``serverAuth``, ``clientAuth`` or
+    both, comma-separated). Returns (certificate, key)."""
+    directory = pki.directory
+    subject = f"/CN={common_name}" + (f"/O={organization}" if organization else "")
+    ext = [f"extendedKeyUsage={usage}", "basicConstraints=CA:FALSE",
+           "keyUsage=digitalSignature,keyEncipherment"]  # fmt: skip
+    sans = [f"IP:{ip}" for ip in ip_sans or []] + [f"DNS:{n}" for n in dns_sans or []]
+    if sans:
+        ext.append("subjectAltName=" + ",".join(sans))
+    (directory / f"{name}.ext").write_text("\n".join(ext) + "\n")
+    _openssl(
+        "req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key",
+        "-out", f"{name}.csr", "-subj", subject, cwd=directory,
+    )  # fmt: skip
+    _openssl(
+        "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+        "-CAcreateserial", "-days", "3650", "-out", f"{name}.crt", "-extfile", f"{name}.ext",
+        cwd=directory,
+    )  # fmt: skip
+    (directory / f"{name}.key").chmod(0o600)
+    return directory / f"{name}.crt", directory / f"{name}.key"
+
+
 def make_pki(
-    directory: Path, ip_sans: list[str], dns_sans: list[str]
+    directory: Path,
+    ip_sans: list[str],
+    dns_sans: list[str],
+    extra_identities: dict[str, tuple[str, tuple[str, ...]]] | None = None,
 ) -> tuple[Pki, dict[str, str]]:
     """Create a CA, a serving certificate valid for ``ip_sans``/``dns_sans``, the ServiceAccount
-    key pair and a static token per identity in :data:`IDENTITIES`.
+    key pair and a static token per identity in :data:`IDENTITIES` and ``extra_identities``.
 
     Returns the paths and the token of each identity. Overwrites what ``directory`` held.
     """
+    identities = {**IDENTITIES, **(extra_identities or {})}
     directory.mkdir(parents=True, exist_ok=True)
     pki = Pki(directory)
     _openssl(
@@ -99,9 +149,9 @@ def make_pki(
     )  # fmt: skip
     _openssl("genrsa", "-out", "sa.key", "2048", cwd=directory)
     _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=directory)
-    tokens = {name: secrets.token_hex(24) for name in IDENTITIES}
+    tokens = {name: secrets.token_hex(24) for name in identities}
     lines = []
-    for name, (user, groups) in IDENTITIES.items():
+    for name, (user, groups) in identities.items():
         line = f"{tokens[name]},{user},{user}"
         if groups:
             line += ',"' + ",".join(groups) + '"'

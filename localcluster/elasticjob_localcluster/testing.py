@@ -6,6 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from .handle import ClusterError, LocalCluster
+from .realnodes.layout import REAL_NODE_LABEL, REAL_NODE_TAINT_KEY
+
+#: The training example's image (Python, torch, the agent), as localcluster/images builds it.
+TRAINING_IMAGE = "ghcr.io/elasticjob/training-example:0.1.0"
 
 
 def python_pod(
@@ -40,6 +44,28 @@ def python_pod(
         "metadata": {"name": name, "labels": labels or {"app": name}},
         "spec": spec,
     }
+
+
+def real_pod(
+    name: str,
+    code: str,
+    *,
+    image: str = TRAINING_IMAGE,
+    node: str | None = None,
+    **kwargs: Any,
+) -> dict[str, Any]:
+    """:func:`python_pod` for a real node: runs ``image`` (default: the training image, which
+    has ``python``), selects real nodes (``node``: that one) and tolerates their taint."""
+    pod = python_pod(name, code, **kwargs)
+    spec = pod["spec"]
+    container = spec["containers"][0]
+    container["image"] = image
+    container.setdefault("imagePullPolicy", "Never")
+    spec.setdefault("nodeSelector", {})[REAL_NODE_LABEL] = "true"
+    if node:
+        spec["nodeSelector"]["kubernetes.io/hostname"] = node
+    spec.setdefault("tolerations", []).append({"key": REAL_NODE_TAINT_KEY, "operator": "Exists"})
+    return pod
 
 
 def service(

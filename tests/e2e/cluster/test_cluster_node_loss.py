@@ -10,14 +10,14 @@ pytestmark = pytest.mark.e2e
 
 
 def test_lost_node_fails_its_pods(cluster: LocalCluster, namespace: str) -> None:
-    node = cluster.nodes[-1]
+    node = cluster.virtual_nodes[-1]
     code = "import time; time.sleep(3600)"
     cluster.apply(
         python_pod("doomed", code, restart_policy="Always", extra_spec={"nodeName": node}),
         namespace,
     )
     cluster.apply(
-        python_pod("survivor", code, extra_spec={"nodeName": cluster.nodes[0]}), namespace
+        python_pod("survivor", code, extra_spec={"nodeName": cluster.virtual_nodes[0]}), namespace
     )
     cluster.wait_pod_phase(namespace, "doomed", "Running")
     cluster.wait_pod_phase(namespace, "survivor", "Running")

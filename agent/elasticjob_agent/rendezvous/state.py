@@ -9,6 +9,7 @@ crashes at any point, or runs against a stale snapshot, never breaks the invaria
 - members of a round are the first ``max_nodes`` joined keys (in key order) as of the
   completion, so ranks are ``0..world_size-1``, unique, and agreed by everyone,
 - a node that finds its round completed without it goes on the wait list (never a second group),
+  unless no member of that round is left, then it starts the next round,
 - no node returns from a round with fewer than ``min_nodes`` members (such a round is void and
   the next one starts),
 - a closed rendezvous stays closed.
@@ -131,6 +132,11 @@ def decide(snap: Snapshot, ctx: Context, now: float) -> Action:
             return Action(Kind.FINISH, p)
         if now >= ctx.join_deadline:
             return Action(Kind.TIMEOUT, p)
+        if snap.joined == 0:
+            # Every member is gone (joined keys live on their leases): nobody is left to start
+            # the next round, so the waiting nodes do (suspend/resume, a whole group preempted).
+            # Fenced on the pointer: one bump however many newcomers decide it at once.
+            return Action(Kind.BUMP, p, fence=snap.round_mod)
         if not snap.waiting or snap.my_create:
             return Action(Kind.WAIT_LIST, p)
         return Action(Kind.WAIT, p, deadline=min(ctx.join_deadline, now + ctx.recheck_interval))

@@ -149,6 +149,45 @@ def test_member_death_after_completion_is_visible(handlers: Handlers) -> None:
     assert hs[0].members_alive()
 
 
+def test_new_nodes_re_form_when_every_member_of_the_completed_round_is_gone(
+    handlers: Handlers,
+) -> None:
+    """Suspend/resume, or a whole group preempted: etcd and the run id stay, every member left.
+
+    Nobody is left to start the next round, so the newcomers must: they would otherwise find
+    the round complete, go on the wait list and wait for a member that never comes back.
+    """
+    first = handlers(2, min_nodes=2, max_nodes=2)
+    assert_one_group(rendezvous_all(first), 2)
+    for h in first:
+        h.leave()  # SIGTERM on pod deletion: each leaves at once
+    second = handlers(2, min_nodes=2, max_nodes=2, join_timeout=30)
+    results = rendezvous_all(second)
+    assert_one_group(results, 2)
+    assert {r.round for r in results} == {1}
+
+
+def test_a_completed_round_with_live_members_keeps_newcomers_waiting(handlers: Handlers) -> None:
+    first = handlers(2, min_nodes=1, max_nodes=3, heartbeat=1)
+    assert_one_group(rendezvous_all(first), 2)
+    first[1].leave()  # one member gone, one still training
+    (late,) = handlers(1, min_nodes=1, max_nodes=3, heartbeat=1)
+    t = threading.Thread(target=lambda: _swallow(late.next_rendezvous), daemon=True)
+    t.start()
+    deadline = time.monotonic() + 10
+    while first[0].num_nodes_waiting() == 0:
+        assert time.monotonic() < deadline, "the late node never showed up on the wait list"
+        time.sleep(0.05)
+    # A live member remains: the newcomer waits to be admitted (it re-reads every heartbeat and
+    # must not start a group of its own with min_nodes=1), until the member re-rendezvouses.
+    t.join(3.0)
+    assert t.is_alive(), "a newcomer formed a second group beside a live member"
+    results = rendezvous_all(first[:1])
+    t.join(20)
+    assert results[0].error is None and results[0].round == 1
+    assert late.round == 1
+
+
 def test_restarted_agent_with_same_node_id_does_not_reuse_the_old_key(
     handlers: Handlers,
 ) -> None:

@@ -85,6 +85,27 @@ CASES = [
         NOW + 2,
     ),
     (
+        "completed, every member gone, on the wait list: start the next round",
+        replace(DONE, joined=0, my_create=0, waiting=True, membership=None),
+        CTX,
+        Kind.BUMP,
+        7,
+    ),
+    (
+        "completed, every member gone, newcomer: start the next round",
+        replace(DONE, joined=0, my_create=0, membership=None),
+        CTX,
+        Kind.BUMP,
+        7,
+    ),
+    (
+        "completed, one member left: the newcomer waits to be admitted",
+        replace(DONE, joined=1, my_create=0, waiting=True, membership=None),
+        CTX,
+        Kind.WAIT,
+        NOW + 2,
+    ),
+    (
         "round void (members died before completion): bump",
         replace(DONE, membership=replace(MEMBER, world_size=1)),
         CTX,

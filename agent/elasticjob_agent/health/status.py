@@ -27,6 +27,7 @@ class StatusFields:
     last_progress: float | None = None
     workers: tuple[WorkerStatus, ...] = ()
     exit_reason: str | None = None
+    health_port: int | None = None
 
 
 class AgentStatus:
@@ -95,4 +96,5 @@ class AgentStatus:
             worst_case_time_to_fail_seconds=self._worst,
             exit_reason=f.exit_reason,
             updated_at=self._clock(),
+            health_port=f.health_port,
         )

@@ -80,6 +80,8 @@ class HealthReport:
     worst_case_time_to_fail_seconds: float | None = None
     exit_reason: str | None = None
     updated_at: float = 0.0
+    health_port: int | None = None
+    """The port this report is served on (not the default when that one was busy)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -109,6 +111,7 @@ class HealthReport:
             "worstCaseTimeToFailSeconds": self.worst_case_time_to_fail_seconds,
             "exitReason": self.exit_reason,
             "updatedAt": self.updated_at,
+            "healthPort": self.health_port,
         }
 
     def dumps(self) -> str:
@@ -171,6 +174,7 @@ class HealthReport:
             worst_case_time_to_fail_seconds=_opt_num(data, "worstCaseTimeToFailSeconds"),
             exit_reason=_string(data, "exitReason", limit=MAX_TEXT),
             updated_at=_opt_num(data, "updatedAt") or 0.0,
+            health_port=_opt_port(data, "healthPort"),
         )
 
     @classmethod
@@ -340,6 +344,13 @@ def _opt_int(obj: Mapping[str, Any], key: str, *, signed: bool = False) -> int |
     if obj.get(key) is None:
         return None
     return _int(obj, key, signed=signed)
+
+
+def _opt_port(obj: Mapping[str, Any], key: str) -> int | None:
+    port = _opt_int(obj, key)
+    if port is not None and port > 65535:
+        raise HealthReportError(f"field {key!r} is not a port number: {port}")
+    return port
 
 
 def _opt_num(obj: Mapping[str, Any], key: str, *, where: str | None = None) -> float | None:

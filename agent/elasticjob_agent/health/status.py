@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from elasticjob_agent.protocol.failure import WorkerFailure
 from elasticjob_agent.protocol.health import AgentState, EtcdStatus, HealthReport, WorkerStatus
 
 
@@ -28,6 +29,7 @@ class StatusFields:
     workers: tuple[WorkerStatus, ...] = ()
     exit_reason: str | None = None
     health_port: int | None = None
+    last_failure: WorkerFailure | None = None
 
 
 class AgentStatus:
@@ -97,4 +99,5 @@ class AgentStatus:
             exit_reason=f.exit_reason,
             updated_at=self._clock(),
             health_port=f.health_port,
+            last_failure=f.last_failure,
         )

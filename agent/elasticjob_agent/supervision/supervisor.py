@@ -38,6 +38,7 @@ from elasticjob_agent.rendezvous.role_info import (
     parse_master,
 )
 from elasticjob_agent.rendezvous.roles import exchange_roles
+from elasticjob_agent.supervision.failure_report import read_failure, write_termination_message
 from elasticjob_agent.supervision.restart_counter import Recorded
 from elasticjob_agent.supervision.restart_policy import (
     exit_for_closed,
@@ -136,6 +137,7 @@ class Supervisor:
         self._stop_signal = threading.Event()
         self._round = 0
         self._attempt = 0
+        self._base_rank: int | None = None
 
     # -- public --------------------------------------------------------------------------------
 
@@ -201,6 +203,7 @@ class Supervisor:
             )
             for lr in range(self._s.nproc_per_node)
         }
+        self._base_rank = assignment.base_global_rank
         self._workers.start(envs, self._attempt, self._s.role)
         pids = self._workers.pids()
         self._timers.reset(frozenset(pids.values()))
@@ -324,6 +327,7 @@ class Supervisor:
                 self._events.warning("worker_failed", exit_codes=failures)
                 for lr in failures:
                     self._log_error_file(lr)
+                self._record_root_cause(failures)
                 return RestartReason.FAILURE
             if codes and all(c == 0 for c in codes.values()):
                 self._succeeded(store, group_rank, group_world)
@@ -333,6 +337,28 @@ class Supervisor:
                 reason = self._membership_change()
                 if reason is not None:
                     return reason
+
+    def _record_root_cause(self, failures: Mapping[int, int | None]) -> None:
+        """The round's first failure (earliest error-file time, then lowest local rank) goes to
+        the health report and the container's termination message."""
+        seen_at = time.time()
+        pod = self._environ.get("POD_NAME") or self._environ.get("HOSTNAME")
+        records = [
+            read_failure(
+                self._workers.error_file(self._attempt, lr),
+                local_rank=lr,
+                status=int(code or 0),
+                seen_at=seen_at,
+                rank=None if self._base_rank is None else self._base_rank + lr,
+                node=self._status.node,
+                pod=pod,
+            )
+            for lr, code in sorted(failures.items())
+        ]
+        first = min(records, key=lambda r: (r.time, r.local_rank))
+        self._status.update(last_failure=first)
+        self._events.warning("root_cause", failure=first.summary()[:1000])
+        write_termination_message(first)
 
     def _log_error_file(self, local_rank: int) -> None:
         """Workers wrapped in torch's ``@record`` leave their exception in the error file."""

@@ -40,6 +40,7 @@ def read_failure(
         pod=pod,
         error_file=_read_head(error_file, MAX_ERROR_FILE_BYTES + 1),
         stderr_tail=_read_tail(error_file.parent / "stderr.log", 4 * MAX_TAIL),
+        error_file_time=_mtime(error_file),
     )
 
 
@@ -54,6 +55,13 @@ def write_termination_message(failure: WorkerFailure, path: str | None = None) -
         logger.debug("no termination message at %s: %s", target, exc)
         return False
     return True
+
+
+def _mtime(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
 
 
 def _read_head(path: Path, limit: int) -> bytes | None:

@@ -120,13 +120,17 @@ def describe(
     pod: str | None,
     error_file: bytes | None,
     stderr_tail: bytes | None,
+    error_file_time: float | None = None,
 ) -> WorkerFailure:
-    """The failure record of one worker that ended with ``status`` (``Popen.returncode``)."""
+    """The failure record of one worker that ended with ``status`` (``Popen.returncode``).
+
+    ``time`` is when the error was recorded: ``error_file_time`` (the file's modification time,
+    precise), else the error file's own timestamp (whole seconds), else ``seen_at``."""
     info = parse_error_file(error_file) if error_file else None
     sig = signal_name(status) if status < 0 else None
     return WorkerFailure(
         local_rank=local_rank,
-        time=info.timestamp if info and info.timestamp is not None else seen_at,
+        time=_recorded_at(info, error_file_time, seen_at),
         rank=rank,
         node=cap(node, MAX_NAME),
         pod=cap(pod, MAX_NAME),
@@ -139,6 +143,25 @@ def describe(
     )
 
 
+_PEER_LOSS = re.compile(
+    r"Connection (closed|reset) by peer|Broken pipe|gloo|NCCL communicator|ProcessGroup.*abort"
+    r"|Timed out waiting|DistNetworkError|DistBackendError",
+    re.IGNORECASE,
+)
+
+
+def is_consequence(failure: WorkerFailure) -> bool:
+    """True for a failure that looks caused by another rank's: a collective that lost a peer."""
+    text = f"{failure.exception_type or ''}: {failure.message or ''}"
+    return failure.exception_type is not None and bool(_PEER_LOSS.search(text))
+
+
+def first_failure(failures: list[WorkerFailure]) -> WorkerFailure:
+    """The root cause among the failures seen at once: causes before consequences (a collective
+    that lost its peer), then the earliest, then the lowest local rank."""
+    return min(failures, key=lambda f: (is_consequence(f), f.time, f.local_rank))
+
+
 def termination_message(failure: WorkerFailure) -> bytes:
     """What the container's termination message file gets: the summary line, then the record
     as JSON, within ``MAX_TERMINATION_MESSAGE`` bytes (the JSON is dropped if it does not fit)."""
@@ -146,6 +169,14 @@ def termination_message(failure: WorkerFailure) -> bytes:
     record = json.dumps({"lastFailure": failure.to_json()}, sort_keys=True).encode()
     whole = summary + b"\n" + record + b"\n"
     return whole if len(whole) <= MAX_TERMINATION_MESSAGE else summary + b"\n"
+
+
+def _recorded_at(info: ErrorFileInfo | None, file_time: float | None, seen_at: float) -> float:
+    if info is None:
+        return seen_at
+    if file_time is not None and 0 <= file_time < 2**40:
+        return file_time
+    return info.timestamp if info.timestamp is not None else seen_at
 
 
 def _split_message(text: str) -> tuple[str | None, str | None]:

@@ -46,6 +46,7 @@ from elasticjob_agent.supervision.restart_policy import (
     plan_restart,
     suspects_round_loss,
 )
+from elasticjob_agent.supervision.root_cause import first_failure
 from elasticjob_agent.supervision.worker_env import AgentKnobs, GroupContext, worker_env
 
 logger = logging.getLogger(__name__)
@@ -339,8 +340,8 @@ class Supervisor:
                     return reason
 
     def _record_root_cause(self, failures: Mapping[int, int | None]) -> None:
-        """The round's first failure (earliest error-file time, then lowest local rank) goes to
-        the health report and the container's termination message."""
+        """The round's root cause (``root_cause.first_failure``) goes to the health report and
+        the container's termination message."""
         seen_at = time.time()
         pod = self._environ.get("POD_NAME") or self._environ.get("HOSTNAME")
         records = [
@@ -355,7 +356,7 @@ class Supervisor:
             )
             for lr, code in sorted(failures.items())
         ]
-        first = min(records, key=lambda r: (r.time, r.local_rank))
+        first = first_failure(records)
         self._status.update(last_failure=first)
         self._events.warning("root_cause", failure=first.summary()[:1000])
         write_termination_message(first)

@@ -24,6 +24,7 @@ from elasticjob_agent.supervision.root_cause import (
     MAX_ERROR_FILE_BYTES,
     MAX_TERMINATION_MESSAGE,
     describe,
+    first_failure,
     last_frame,
     output_tail,
     parse_error_file,
@@ -221,3 +222,36 @@ def test_read_failure_and_termination_message_on_files(tmp_path: Path) -> None:
     assert write_termination_message(failure, str(target))
     assert target.read_bytes().startswith(b"rank 0 on n killed by SIGSEGV\n")
     assert not write_termination_message(failure, str(tmp_path / "missing-dir" / "log"))
+
+
+def test_the_cause_comes_before_the_ranks_that_lost_their_peer() -> None:
+    def failure(local_rank: int, when: float, message: str | None) -> WorkerFailure:
+        exc = None if message is None else message.split(": ", 1)[0]
+        text = None if message is None else message.split(": ", 1)[1]
+        return WorkerFailure(local_rank, when, exception_type=exc, message=text)
+
+    peer_lost = failure(0, 1.0, "RuntimeError: [pair.cc:534] Connection closed by peer [::1]:1")
+    cause = failure(1, 2.0, "ValueError: loss is nan")
+    killed = failure(2, 3.0, None)
+    assert first_failure([peer_lost, cause, killed]) == cause
+    assert first_failure([peer_lost, killed]) == killed
+    assert first_failure([failure(3, 5.0, None), failure(2, 5.0, None)]).local_rank == 2
+
+
+def test_the_error_file_time_orders_records_when_known() -> None:
+    def record(error_file: bytes | None, file_time: float | None) -> WorkerFailure:
+        return describe(
+            local_rank=0,
+            status=1,
+            seen_at=9.0,
+            rank=0,
+            node=None,
+            pod=None,
+            error_file=error_file,
+            stderr_tail=None,
+            error_file_time=file_time,
+        )
+
+    assert record(_record("E: x"), 4.25).time == 4.25
+    assert record(_record("E: x"), None).time == 1795324767.0
+    assert record(None, None).time == 9.0

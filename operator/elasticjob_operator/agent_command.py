@@ -37,6 +37,8 @@ class AgentTarget:
     nproc_per_node: int
     tls: bool = False
     """The agent speaks TLS to etcd with the client certificate under ``ETCD_TLS_DIR``."""
+    grace_seconds: int = 60
+    """The pod's ``terminationGracePeriodSeconds``; the agent's worker shutdown fits inside it."""
 
 
 def training_argv(command: Sequence[str], args: Sequence[str]) -> list[str]:
@@ -97,6 +99,7 @@ def agent_args(spec: JobSpec, target: AgentTarget, argv: Sequence[str]) -> list[
         f"--node-id={target.node_id}",
         f"--local-addr=$({POD_IP_ENV})",
         f"--health-port={DEFAULT_HEALTH_PORT}",
+        f"--shutdown-timeout={worker_shutdown_seconds(target.grace_seconds)}",
         f"--etcd-timeout={spec.stall_timeout_seconds + ETCD_TIMEOUT_MARGIN_SECONDS}",
         f"--nccl-collective-timeout={nccl.collective_timeout_seconds}",
         f"--nccl-heartbeat-timeout={nccl.heartbeat_timeout_seconds}",
@@ -104,6 +107,16 @@ def agent_args(spec: JobSpec, target: AgentTarget, argv: Sequence[str]) -> list[
         f"--nccl-monitoring={1 if nccl.monitoring else 0}",
         *argv,
     ]
+
+
+SHUTDOWN_MARGIN_SECONDS = 10
+"""Of a pod's grace period, what the agent keeps for itself after its workers stopped: counting
+the preemption and leaving the rendezvous come first (at once), its exit comes last."""
+
+
+def worker_shutdown_seconds(grace_seconds: int) -> int:
+    """How long the workers get between SIGTERM and SIGKILL inside a pod grace period."""
+    return max(1, grace_seconds - SHUTDOWN_MARGIN_SECONDS)
 
 
 def _number(value: float) -> str:

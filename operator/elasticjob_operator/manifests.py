@@ -27,6 +27,12 @@ GPU_RESOURCE = "nvidia.com/gpu"
 ETCD_DATA_ROOT = "/var/lib/elasticjob-etcd"
 ETCD_TLS_VOLUME = "elasticjob-etcd-tls"
 ETCD_SERVER_TLS_DIR = "/etc/etcd/tls"
+ETCD_UID = 65532
+"""The managed etcd runs as this unprivileged user (the etcd image works as any uid)."""
+WORKER_GRACE_SECONDS = 60
+"""A worker pod's grace period unless the template sets one (the agent's shutdown fits in it)."""
+SHM_VOLUME = "elasticjob-shm"
+SHM_PATH = "/dev/shm"
 
 
 @dataclass(frozen=True)
@@ -127,12 +133,19 @@ def build_worker_pod(job: JobRef, spec: JobSpec, index: int, attempt: int) -> di
     trainer = containers[spec.trainer_index]
 
     secret = etcd_tls_secret(job, spec)
+    # The user's own grace period wins; ours covers the workers' SIGTERM-to-SIGKILL time plus
+    # the agent's leave (docs/operator.md, "Pod deletion").
+    grace = pod_spec.get("terminationGracePeriodSeconds")
+    if not isinstance(grace, int) or isinstance(grace, bool) or grace < 0:
+        grace = WORKER_GRACE_SECONDS
+    pod_spec["terminationGracePeriodSeconds"] = grace
     target = AgentTarget(
         rdzv_endpoints=rdzv_endpoints(job, spec),
         run_id=job.run_id,
         node_id=name,
         nproc_per_node=nproc_per_node(spec),
         tls=secret is not None,
+        grace_seconds=grace,
     )
     argv = training_argv(trainer.get("command", []), trainer.get("args", []))
     trainer["command"] = [AGENT]
@@ -175,6 +188,17 @@ def build_worker_pod(job: JobRef, spec: JobSpec, index: int, attempt: int) -> di
                     "items": [{"key": k, "path": p} for k, p in client_files],
                 },
             },
+        ]
+    if not any(m.get("mountPath") == SHM_PATH for m in trainer.get("volumeMounts", [])):
+        # The container runtime's /dev/shm is 64 MiB: NCCL and DataLoader workers need more.
+        # A memory-backed emptyDir counts against the pod's memory limit, as shared memory does.
+        trainer["volumeMounts"] = [
+            *trainer.get("volumeMounts", []),
+            {"name": SHM_VOLUME, "mountPath": SHM_PATH},
+        ]
+        pod_spec["volumes"] = [
+            *[v for v in pod_spec.get("volumes", []) if v.get("name") != SHM_VOLUME],
+            {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}},
         ]
     containers[spec.trainer_index] = trainer
 
@@ -262,6 +286,12 @@ def build_etcd_pod(job: JobRef, spec: JobSpec, generation: int) -> dict[str, Any
     }
     if spec.etcd.resources:
         container["resources"] = copy.deepcopy(dict(spec.etcd.resources))
+    # The `restricted` PodSecurity profile: etcd needs no privilege, root or writable image.
+    container["securityContext"] = {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "readOnlyRootFilesystem": True,
+    }
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -276,6 +306,14 @@ def build_etcd_pod(job: JobRef, spec: JobSpec, generation: int) -> dict[str, Any
         },
         "spec": {
             "restartPolicy": "Never",
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": ETCD_UID,
+                "runAsGroup": ETCD_UID,
+                # The TLS Secret's files (mode 0440) belong to this group, so etcd reads them.
+                "fsGroup": ETCD_UID,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
             "containers": [container],
             "volumes": [
                 {"name": "data", "emptyDir": {}},

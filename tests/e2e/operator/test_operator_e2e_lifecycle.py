@@ -285,7 +285,11 @@ def test_operator_identity_is_the_service_account(
     assert can("create", "pods", "-n", ns)
     assert can("patch", "elasticjobs.elasticjob.dev/status", "-n", ns)
     assert can("list", "nodes")
-    assert not can("get", "secrets", "-n", ns)
+    # Secrets: the managed etcd's certificates are created and read back, never enumerated.
+    assert can("get", "secrets", "-n", ns) and can("create", "secrets", "-n", ns)
+    assert not can("list", "secrets", "-n", ns) and not can("watch", "secrets", "-n", ns)
+    assert not can("get", "secrets", "-n", "default")
+    assert can("create", "networkpolicies.networking.k8s.io", "-n", ns)
     assert not can("create", "pods", "-n", "default")  # namespaced mode: only watched namespaces
     assert not can("delete", "nodes")
     assert not can("update", "pods", "-n", ns)

@@ -15,7 +15,7 @@ from elasticjob_operator.manifests import (
     build_workers_service,
 )
 from elasticjob_operator.observed import pod_view
-from elasticjob_operator.spec import SpecError
+from elasticjob_operator.spec import SpecError, parse_spec
 
 from tests.unit.operator.opfixtures import JOB, RUN_ID, job_spec, raw_spec
 
@@ -167,3 +167,53 @@ def test_pod_view_reads_exit_code_of_the_agent_container() -> None:
 def test_run_id_is_short_and_valid_for_long_names() -> None:
     run = names.run_id("n" * 63, "j" * 200, "ffffffff-1111")
     assert len(run) <= 253 and run.endswith("-ffffffff")
+
+
+@pytest.mark.parametrize(
+    ("template_grace", "pod_grace", "worker_shutdown"),
+    [(None, 60, "50"), (120, 120, "110"), (5, 5, "1"), (0, 0, "1")],
+)
+def test_the_pod_grace_period_covers_the_workers_shutdown_and_the_leave(
+    template_grace: int | None, pod_grace: int, worker_shutdown: str
+) -> None:
+    raw = raw_spec()
+    if template_grace is not None:
+        raw["template"]["spec"]["terminationGracePeriodSeconds"] = template_grace
+    pod = build_worker_pod(JOB, parse_spec(raw), index=0, attempt=0)
+    assert pod["spec"]["terminationGracePeriodSeconds"] == pod_grace
+    assert _flags(_trainer(pod)["args"])["shutdown-timeout"] == worker_shutdown
+
+
+def test_workers_get_a_memory_backed_dev_shm_unless_the_template_mounts_one() -> None:
+    pod = build_worker_pod(JOB, job_spec(), index=0, attempt=0)
+    (mount,) = [m for m in _trainer(pod)["volumeMounts"] if m["mountPath"] == "/dev/shm"]
+    (volume,) = [v for v in pod["spec"]["volumes"] if v["name"] == mount["name"]]
+    assert volume["emptyDir"] == {"medium": "Memory"}
+
+    raw = raw_spec()
+    trainer = raw["template"]["spec"]["containers"][0]
+    trainer["volumeMounts"] = [{"name": "shm", "mountPath": "/dev/shm"}]
+    raw["template"]["spec"]["volumes"] = [
+        {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}}
+    ]
+    pod = build_worker_pod(JOB, parse_spec(raw), index=0, attempt=0)
+    mounts = [m for m in _trainer(pod)["volumeMounts"] if m["mountPath"] == "/dev/shm"]
+    assert mounts == [{"name": "shm", "mountPath": "/dev/shm"}]
+    assert [v["name"] for v in pod["spec"]["volumes"] if "emptyDir" in v] == ["shm"]
+
+
+@pytest.mark.parametrize("tls", [True, False])
+def test_the_managed_etcd_pod_fits_the_restricted_pod_security_profile(tls: bool) -> None:
+    spec = job_spec(etcd={"insecure": not tls})
+    pod = build_etcd_pod(JOB, spec, generation=0)
+    pod_sc = pod["spec"]["securityContext"]
+    assert pod_sc["runAsNonRoot"] is True
+    assert pod_sc["runAsUser"] != 0
+    assert pod_sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    (container,) = pod["spec"]["containers"]
+    sc = container["securityContext"]
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    volume_kinds = {k for v in pod["spec"]["volumes"] for k in v if k != "name"}
+    assert volume_kinds <= {"emptyDir", "secret", "configMap", "projected", "downwardAPI"}
+    assert "hostNetwork" not in pod["spec"] and "hostPID" not in pod["spec"]

@@ -153,6 +153,16 @@ class Supervisor:
             nproc_per_node=self._s.nproc_per_node,
             worst_case_time_to_fail_s=self._status.report().worst_case_time_to_fail_seconds,
         )
+        # torch has no supported way to set the workers' default process-group timeout
+        # (docs/agent.md, NCCL failure detection): only scripts that pass it are bounded.
+        self._events.warning(
+            "collective_timeout_not_enforced",
+            seconds=self._s.knobs.nccl_collective_timeout,
+            unless="init_process_group(timeout=ELASTICJOB_COLLECTIVE_TIMEOUT_SECONDS)",
+            torch_default_gloo_s=1800,
+            torch_default_nccl_s=600,
+            see="docs/agent.md#nccl-failure-detection",
+        )
         try:
             while True:
                 self._one_round()

@@ -36,6 +36,7 @@ def _fail_once(
         lambda s: s.get("lastFailure") is not None, 180, "lastFailure in the health report"
     )
     HealthReport.from_json(report)  # what the operator's strict parser accepts
+    assert "collective_timeout_not_enforced" in agent.log()
     return report["lastFailure"], termination_log.read_bytes()
 
 

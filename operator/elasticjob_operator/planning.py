@@ -15,6 +15,7 @@ from typing import Any
 from elasticjob_agent.protocol.exit_codes import ExitCode
 from elasticjob_agent.protocol.health import AgentState, HealthReport
 from elasticjob_agent.protocol.keys import JobKeys
+from elasticjob_agent.protocol.restarts import RestartReason
 
 from . import manifests, names, restarts, root_cause, seeding
 from .conditions import ConditionType, find_condition, set_condition, stamp_generation
@@ -306,7 +307,7 @@ def _merge_reports(draft: _Draft, observed: Observed) -> None:
         added = merged[reason] - before.get(reason, 0)
         if added > 0:
             cause = ""
-            if reason in restarts.SPENDS_BUDGET and failure is not None:
+            if reason == RestartReason.FAILURE.value and failure is not None:
                 cause = f"; root cause: {failure.summary()}"
             draft.event(
                 "Warning" if reason in restarts.SPENDS_BUDGET else "Normal",

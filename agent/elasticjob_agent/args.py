@@ -173,7 +173,8 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         "--start_method",
         default="spawn",
         choices=["spawn", "fork", "forkserver"],
-        help="accepted for torchrun compatibility; workers are always fresh processes",
+        help="as in torchrun: it applies only to function entrypoints; a script (what torchrun "
+        "and this agent run) always starts as a fresh subprocess, whatever the method",
     )
     valued(
         "--event-log-handler",

@@ -23,6 +23,7 @@ from elasticjob_agent._fork_safe_grpc import worker_environ
 from elasticjob_agent.args import AgentArgs, UsageError, parse_args, resolve_nproc
 from elasticjob_agent.etcd.session import EtcdSession
 from elasticjob_agent.health.metrics import AgentMetrics
+from elasticjob_agent.health.ports import start_with_fallback
 from elasticjob_agent.health.server import HealthServer
 from elasticjob_agent.health.status import AgentStatus
 from elasticjob_agent.logs import EventContext, EventLog, configure
@@ -138,13 +139,19 @@ def run(args: AgentArgs) -> int:
             progress=lambda: timers.last_progress,
         )
         if args.health_port:
-            try:
-                server = HealthServer(
+
+            def start_health(port: int) -> HealthServer:
+                return HealthServer(
                     args.health_addr,
-                    args.health_port,
+                    port,
                     status.report,
                     metrics.render,
                     lambda: status.alive(within=max(30.0, 10 * args.monitor_interval)),
+                )
+
+            try:
+                server = start_with_fallback(
+                    start_health, args.health_addr, args.health_port, lambda s: s.port
                 )
             except OSError as exc:
                 return _usage_error(
@@ -152,6 +159,7 @@ def run(args: AgentArgs) -> int:
                     "(choose another --health-port, or 0 to disable)"
                 )
             stack.callback(server.close)
+            status.update(health_port=server.port)
             logger.info("health server on %s:%d", args.health_addr, server.port)
 
         log_dir = Path(args.log_dir) if args.log_dir else work_dir / "logs"

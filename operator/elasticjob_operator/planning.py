@@ -15,8 +15,9 @@ from typing import Any
 from elasticjob_agent.protocol.exit_codes import ExitCode
 from elasticjob_agent.protocol.health import AgentState, HealthReport
 from elasticjob_agent.protocol.keys import JobKeys
+from elasticjob_agent.protocol.restarts import RestartReason
 
-from . import manifests, names, restarts, seeding
+from . import manifests, names, restarts, root_cause, seeding
 from .conditions import ConditionType, find_condition, set_condition, stamp_generation
 from .observed import Observed, PodPhase, PodView
 from .spec import CleanPodPolicy, EtcdMode, JobSpec
@@ -295,14 +296,24 @@ def _plan(
 def _merge_reports(draft: _Draft, observed: Observed) -> None:
     before = draft.status.restarts
     merged = restarts.merge_reports(before, observed.reports.values(), draft.status.run_id)
+    failure = root_cause.newest_failure(
+        observed.reports, draft.status.run_id, draft.status.last_failure
+    )
+    if failure is not None:
+        draft.status = draft.status.evolve(last_failure=failure.to_json())
+    else:
+        failure = root_cause.parse_stored(draft.status.last_failure)
     for reason in sorted(merged):
         added = merged[reason] - before.get(reason, 0)
         if added > 0:
+            cause = ""
+            if reason == RestartReason.FAILURE.value and failure is not None:
+                cause = f"; root cause: {failure.summary()}"
             draft.event(
                 "Warning" if reason in restarts.SPENDS_BUDGET else "Normal",
                 "Restarted",
                 f"worker group restarted ({reason}), {added} time(s); job-wide restarts: "
-                f"{restarts.total(merged)}, failures {restarts.failures(merged)}",
+                f"{restarts.total(merged)}, failures {restarts.failures(merged)}{cause}",
             )
     draft.status = draft.status.evolve(restarts=merged)
 
@@ -370,10 +381,12 @@ def _terminal_failure(
     codes = {p.exit_code for p in workers.values() if p.phase is PodPhase.FAILED}
     failures = restarts.failures(status.restarts)
     if ExitCode.MAX_RESTARTS_EXCEEDED in codes or failures > spec.max_restarts:
+        last = root_cause.parse_stored(status.last_failure)
         return (
             ExitCode.MAX_RESTARTS_EXCEEDED.reason,
             f"job-wide restart budget spent: {failures} failure restarts, "
-            f"maxRestarts {spec.max_restarts}",
+            f"maxRestarts {spec.max_restarts}"
+            + ("" if last is None else f"; last root cause: {last.summary()}"),
         )
     if ExitCode.USAGE in codes:
         return (

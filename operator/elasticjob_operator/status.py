@@ -76,6 +76,8 @@ class JobStatus:
     last_rendezvous_seconds: float | None = None
     invalid_reports: Mapping[str, str] = field(default_factory=dict)
     """Pods whose last answer was not a valid health report, with the reason (bounded)."""
+    last_failure: Mapping[str, Any] | None = None
+    """The newest root cause an agent reported (``protocol.failure.WorkerFailure`` as JSON)."""
 
     def evolve(self, **changes: Any) -> JobStatus:
         return replace(self, **changes)
@@ -124,6 +126,7 @@ class JobStatus:
                 {"pod": pod, "reason": reason}
                 for pod, reason in sorted(self.invalid_reports.items())
             ],
+            "lastFailure": None if self.last_failure is None else dict(self.last_failure),
         }
 
     @classmethod
@@ -177,6 +180,9 @@ class JobStatus:
                 for r in data.get("invalidReports") or []
                 if isinstance(r, Mapping) and r.get("pod")
             },
+            last_failure=dict(data["lastFailure"])
+            if isinstance(data.get("lastFailure"), Mapping)
+            else None,
         )
 
 

@@ -114,6 +114,9 @@ class EtcdSession:
         self.lease = LeaseKeeper(self.client, lease_ttl)
         self._probe: concurrent.futures.Future[None] | None = None
         self._closed = False
+        # Guards _closed against run() from other threads (torch's keep-alive timer calls the
+        # backend whenever it likes, also while or after the backend is closed).
+        self._close_lock = threading.Lock()
 
     def _serve(self) -> None:
         asyncio.set_event_loop(self.loop)
@@ -124,11 +127,17 @@ class EtcdSession:
         if threading.current_thread() is self._thread:
             coro.close()
             raise RuntimeError("EtcdSession.run() called from its own event loop thread")
-        if self._closed:
-            coro.close()
-            raise RuntimeError("EtcdSession is closed")
-        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
-        return future.result(timeout)
+        with self._close_lock:
+            if self._closed:
+                coro.close()
+                raise _closed_error()
+            future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.CancelledError:
+            if self._closed:  # cancelled by close(): say so in torch's error taxonomy
+                raise _closed_error() from None
+            raise
 
     def reachability(self) -> Reachability:
         """The one record of whether etcd answers this process (health report and metrics)."""
@@ -164,9 +173,16 @@ class EtcdSession:
             await asyncio.sleep(interval)
 
     def close(self) -> None:
-        """Stop the keep-alive, close the channel and the loop thread. Idempotent."""
-        if self._closed:
-            return
+        """Stop the keep-alive, close the channel and the loop thread. Idempotent.
+
+        Calls of ``run()`` still in flight are cancelled; later ones raise
+        ``RendezvousConnectionError`` (a ``RendezvousError``, which torch's handler logs as a
+        warning), never "Event loop is closed" from a loop that is gone.
+        """
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
 
         probe, self._probe = self._probe, None
         if probe is not None:
@@ -175,14 +191,21 @@ class EtcdSession:
         async def _shutdown() -> None:
             await self.lease.stop()
             await self.client.close()
+            others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in others:
+                task.cancel()
+            await asyncio.gather(*others, return_exceptions=True)
 
         try:
-            self.run(_shutdown(), timeout=5)
+            asyncio.run_coroutine_threadsafe(_shutdown(), self.loop).result(timeout=5)
         except Exception as exc:  # closing must not fail
             log.debug("closing the etcd session: %s", exc)
-        self._closed = True
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=5)
         if not self._thread.is_alive():
             # Closing the loop lets grpc's asyncio layer bind to the next loop of this process.
             self.loop.close()
+
+
+def _closed_error() -> RendezvousConnectionError:
+    return RendezvousConnectionError("the etcd session is closed")

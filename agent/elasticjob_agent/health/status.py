@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from elasticjob_agent.protocol.failure import WorkerFailure
 from elasticjob_agent.protocol.health import AgentState, EtcdStatus, HealthReport, WorkerStatus
 
 
@@ -27,6 +28,8 @@ class StatusFields:
     last_progress: float | None = None
     workers: tuple[WorkerStatus, ...] = ()
     exit_reason: str | None = None
+    health_port: int | None = None
+    last_failure: WorkerFailure | None = None
 
 
 class AgentStatus:
@@ -95,4 +98,6 @@ class AgentStatus:
             worst_case_time_to_fail_seconds=self._worst,
             exit_reason=f.exit_reason,
             updated_at=self._clock(),
+            health_port=f.health_port,
+            last_failure=f.last_failure,
         )

@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any, Literal, overload
 
+from elasticjob_agent.protocol.failure import FailureRecordError, WorkerFailure
+
 SCHEMA_VERSION = 1
 DEFAULT_HEALTH_PORT = 29401
 
@@ -80,6 +82,10 @@ class HealthReport:
     worst_case_time_to_fail_seconds: float | None = None
     exit_reason: str | None = None
     updated_at: float = 0.0
+    health_port: int | None = None
+    """The port this report is served on (not the default when that one was busy)."""
+    last_failure: WorkerFailure | None = None
+    """The first worker failure of the latest round that had one (``protocol.failure``)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -109,6 +115,8 @@ class HealthReport:
             "worstCaseTimeToFailSeconds": self.worst_case_time_to_fail_seconds,
             "exitReason": self.exit_reason,
             "updatedAt": self.updated_at,
+            "healthPort": self.health_port,
+            "lastFailure": None if self.last_failure is None else self.last_failure.to_json(),
         }
 
     def dumps(self) -> str:
@@ -171,6 +179,8 @@ class HealthReport:
             worst_case_time_to_fail_seconds=_opt_num(data, "worstCaseTimeToFailSeconds"),
             exit_reason=_string(data, "exitReason", limit=MAX_TEXT),
             updated_at=_opt_num(data, "updatedAt") or 0.0,
+            health_port=_opt_port(data, "healthPort"),
+            last_failure=_opt_failure(data.get("lastFailure")),
         )
 
     @classmethod
@@ -340,6 +350,22 @@ def _opt_int(obj: Mapping[str, Any], key: str, *, signed: bool = False) -> int |
     if obj.get(key) is None:
         return None
     return _int(obj, key, signed=signed)
+
+
+def _opt_failure(value: object) -> WorkerFailure | None:
+    if value is None:
+        return None
+    try:
+        return WorkerFailure.from_json(value)
+    except FailureRecordError as exc:
+        raise HealthReportError(str(exc)) from None
+
+
+def _opt_port(obj: Mapping[str, Any], key: str) -> int | None:
+    port = _opt_int(obj, key)
+    if port is not None and port > 65535:
+        raise HealthReportError(f"field {key!r} is not a port number: {port}")
+    return port
 
 
 def _opt_num(obj: Mapping[str, Any], key: str, *, where: str | None = None) -> float | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import socket
@@ -31,9 +32,19 @@ _FLOAT_KEYS = ("join_timeout", "last_call_timeout", "close_timeout", "heartbeat"
 _OTHER_KEYS = ("key_prefix", "node_id", *TLS_KEYS, "protocol")
 
 
+_local_ids = itertools.count()
+
+
 def default_node_id() -> str:
-    """``<hostname>-<pid>``: unique per agent process on a host."""
-    return f"{socket.gethostname()}-{os.getpid()}"
+    """``<hostname>-<pid>`` for the process's first config, ``<hostname>-<pid>-<n>`` after.
+
+    Unique per config, like torch's node descriptors (``addr_pid_localid``): several handlers in
+    one process are several nodes of the rendezvous, and with one shared id they would count as
+    one and never complete.
+    """
+    n = next(_local_ids)
+    base = f"{socket.gethostname()}-{os.getpid()}"
+    return base if n == 0 else f"{base}-{n}"
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from elasticjob_agent.rendezvous.role_info import (
     parse_master,
 )
 from elasticjob_agent.rendezvous.roles import exchange_roles
+from elasticjob_agent.supervision.failure_report import read_failure, write_termination_message
 from elasticjob_agent.supervision.restart_counter import Recorded
 from elasticjob_agent.supervision.restart_policy import (
     exit_for_closed,
@@ -45,6 +46,7 @@ from elasticjob_agent.supervision.restart_policy import (
     plan_restart,
     suspects_round_loss,
 )
+from elasticjob_agent.supervision.root_cause import first_failure
 from elasticjob_agent.supervision.worker_env import AgentKnobs, GroupContext, worker_env
 
 logger = logging.getLogger(__name__)
@@ -136,6 +138,7 @@ class Supervisor:
         self._stop_signal = threading.Event()
         self._round = 0
         self._attempt = 0
+        self._base_rank: int | None = None
 
     # -- public --------------------------------------------------------------------------------
 
@@ -149,6 +152,16 @@ class Supervisor:
             max_restarts=self._s.max_restarts,
             nproc_per_node=self._s.nproc_per_node,
             worst_case_time_to_fail_s=self._status.report().worst_case_time_to_fail_seconds,
+        )
+        # torch has no supported way to set the workers' default process-group timeout
+        # (docs/agent.md, NCCL failure detection): only scripts that pass it are bounded.
+        self._events.warning(
+            "collective_timeout_not_enforced",
+            seconds=self._s.knobs.nccl_collective_timeout,
+            unless="init_process_group(timeout=ELASTICJOB_COLLECTIVE_TIMEOUT_SECONDS)",
+            torch_default_gloo_s=1800,
+            torch_default_nccl_s=600,
+            see="docs/agent.md#nccl-failure-detection",
         )
         try:
             while True:
@@ -201,6 +214,7 @@ class Supervisor:
             )
             for lr in range(self._s.nproc_per_node)
         }
+        self._base_rank = assignment.base_global_rank
         self._workers.start(envs, self._attempt, self._s.role)
         pids = self._workers.pids()
         self._timers.reset(frozenset(pids.values()))
@@ -324,6 +338,7 @@ class Supervisor:
                 self._events.warning("worker_failed", exit_codes=failures)
                 for lr in failures:
                     self._log_error_file(lr)
+                self._record_root_cause(failures)
                 return RestartReason.FAILURE
             if codes and all(c == 0 for c in codes.values()):
                 self._succeeded(store, group_rank, group_world)
@@ -333,6 +348,28 @@ class Supervisor:
                 reason = self._membership_change()
                 if reason is not None:
                     return reason
+
+    def _record_root_cause(self, failures: Mapping[int, int | None]) -> None:
+        """The round's root cause (``root_cause.first_failure``) goes to the health report and
+        the container's termination message."""
+        seen_at = time.time()
+        pod = self._environ.get("POD_NAME") or self._environ.get("HOSTNAME")
+        records = [
+            read_failure(
+                self._workers.error_file(self._attempt, lr),
+                local_rank=lr,
+                status=int(code or 0),
+                seen_at=seen_at,
+                rank=None if self._base_rank is None else self._base_rank + lr,
+                node=self._status.node,
+                pod=pod,
+            )
+            for lr, code in sorted(failures.items())
+        ]
+        first = first_failure(records)
+        self._status.update(last_failure=first)
+        self._events.warning("root_cause", failure=first.summary()[:1000])
+        write_termination_message(first)
 
     def _log_error_file(self, local_rank: int) -> None:
         """Workers wrapped in torch's ``@record`` leave their exception in the error file."""

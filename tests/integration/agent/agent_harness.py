@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -40,23 +41,27 @@ class Agent:
     """One agent process (its own session, so teardown can kill everything it started)."""
 
     def __init__(
-        self, workdir: Path, name: str, argv: Sequence[str], env: dict[str, str] | None = None
+        self,
+        workdir: Path,
+        name: str,
+        argv: Sequence[str],
+        env: dict[str, str] | None = None,
+        *,
+        as_torchrun: bool = False,
     ) -> None:
+        """``as_torchrun``: only ``argv`` (no health port or node id of ours), as a user of
+        torchrun would type it; ``health_port`` is then read from the log (``serving_port``)."""
         self.name = name
-        self.health_port = free_port()
+        self.health_port = 0 if as_torchrun else free_port()
         self.log_path = workdir / f"{name}.log"
         full_env = dict(os.environ)
         full_env["PYTHONPATH"] = os.pathsep.join(
             [str(REPO / "agent"), full_env.get("PYTHONPATH", "")]
         )
         full_env.update(env or {})
-        self.command = [
-            *AGENT,
-            "--health-addr", "127.0.0.1",
-            "--health-port", str(self.health_port),
-            "--node-id", name,
-            *argv,
-        ]  # fmt: skip
+        ours = ["--health-addr", "127.0.0.1", "--health-port", str(self.health_port)]
+        ours += ["--node-id", name]
+        self.command = [*AGENT, *([] if as_torchrun else ours), *argv]
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in cleanup()
         self.proc = subprocess.Popen(
             self.command,
@@ -126,6 +131,18 @@ class Agent:
 
     def signal(self, sig: int) -> None:
         self.proc.send_signal(sig)
+
+    def serving_port(self, timeout: float) -> int:
+        """The health port the agent logged it serves on (its own choice, or a fallback)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = re.search(r"health server on [^ ]+:(\d+)", self.log())
+            if found:
+                return int(found.group(1))
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.2)
+        raise AssertionError(f"{self.name}: no health server line; log tail:\n{self.log()[-3000:]}")
 
     def log(self) -> str:
         self._log.flush()

@@ -13,8 +13,14 @@ from agent_harness import Agent
 def spawn_agent(tmp_path: Path) -> Iterator[Callable[..., Agent]]:
     started: list[Agent] = []
 
-    def spawn(name: str, argv: Sequence[str], env: dict[str, str] | None = None) -> Agent:
-        agent = Agent(tmp_path, name, argv, env)
+    def spawn(
+        name: str,
+        argv: Sequence[str],
+        env: dict[str, str] | None = None,
+        *,
+        as_torchrun: bool = False,
+    ) -> Agent:
+        agent = Agent(tmp_path, name, argv, env, as_torchrun=as_torchrun)
         started.append(agent)
         return agent
 

@@ -1,0 +1,155 @@
+"""The root cause of a group restart: the first worker failure of a round (``lastFailure``).
+
+The agent puts it in its health report; the operator copies it into the job's
+``status.lastFailure``, the ``Restarted`` Event and the ``Failed`` condition. It comes from a pod,
+so ``WorkerFailure.from_json`` is strict: every field has its type, every string is capped, and
+the whole record, as JSON, stays under ``MAX_FAILURE_BYTES``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+MAX_TYPE = 128
+MAX_MESSAGE = 1024
+MAX_FRAME = 512
+MAX_TAIL = 1536
+MAX_NAME = 256
+MAX_INT = 2**53
+MAX_FAILURE_BYTES = 4096
+"""A record's JSON is at most this long: the caps above, plus keys and escapes, fit."""
+
+
+class FailureRecordError(ValueError):
+    """The payload is not a valid failure record; the message names the field."""
+
+
+@dataclass(frozen=True)
+class WorkerFailure:
+    """One worker's failure, as far as the agent could tell."""
+
+    local_rank: int
+    time: float
+    """Unix time the agent saw the failure (or the error file's timestamp)."""
+    rank: int | None = None
+    """Global rank, when the group had formed."""
+    node: str | None = None
+    pod: str | None = None
+    exit_code: int | None = None
+    """The process's exit status; ``None`` when a signal ended it."""
+    signal: str | None = None
+    """``SIGKILL``, ``SIGSEGV``, ...: the signal that ended the process."""
+    exception_type: str | None = None
+    message: str | None = None
+    frame: str | None = None
+    """Where the exception was raised: ``file:line in function``."""
+    output_tail: str | None = None
+    """The end of the worker's stderr log, when there is no error file and the output was
+    redirected to files (``-r``/``-t``)."""
+
+    def summary(self) -> str:
+        """One line for Events, conditions and logs: who, how and why."""
+        who = f"rank {self.rank}" if self.rank is not None else f"local rank {self.local_rank}"
+        where = self.pod or self.node
+        if where:
+            who += f" on {where}"
+        if self.signal:
+            how = f"killed by {self.signal}"
+        elif self.exit_code is not None:
+            how = f"exited with code {self.exit_code}"
+        else:
+            how = "failed"
+        text = f"{who} {how}"
+        if self.exception_type:
+            text += f": {self.exception_type}"
+            if self.message:
+                text += f": {self.message}"
+            if self.frame:
+                text += f" (at {self.frame})"
+        return text
+
+    def to_json(self) -> dict[str, Any]:
+        data = {
+            "localRank": self.local_rank,
+            "time": self.time,
+            "rank": self.rank,
+            "node": self.node,
+            "pod": self.pod,
+            "exitCode": self.exit_code,
+            "signal": self.signal,
+            "exceptionType": self.exception_type,
+            "message": self.message,
+            "frame": self.frame,
+            "outputTail": self.output_tail,
+        }
+        return {k: v for k, v in data.items() if v is not None}
+
+    @classmethod
+    def from_json(cls, data: object) -> WorkerFailure:
+        """Parse strictly; raise ``FailureRecordError`` naming the bad field."""
+        if not isinstance(data, dict):
+            raise FailureRecordError("lastFailure must be an object")
+        local_rank = _int(data, "localRank", required=True)
+        assert local_rank is not None
+        return cls(
+            local_rank=local_rank,
+            time=_time(data),
+            rank=_int(data, "rank"),
+            node=_str(data, "node", MAX_NAME),
+            pod=_str(data, "pod", MAX_NAME),
+            exit_code=_int(data, "exitCode", signed=True),
+            signal=_str(data, "signal", 32),
+            exception_type=_str(data, "exceptionType", MAX_TYPE),
+            message=_str(data, "message", MAX_MESSAGE),
+            frame=_str(data, "frame", MAX_FRAME),
+            output_tail=_str(data, "outputTail", MAX_TAIL),
+        )
+
+
+def cap(text: str | None, limit: int) -> str | None:
+    """``text`` cut to ``limit`` characters (an ellipsis marks the cut); ``None`` stays."""
+    if text is None or len(text) <= limit:
+        return text
+    return text[: limit - 3] + "..."
+
+
+def _int(
+    data: Mapping[str, Any], key: str, *, required: bool = False, signed: bool = False
+) -> int | None:
+    value = data.get(key)
+    if value is None:
+        if required:
+            raise FailureRecordError(f"field 'lastFailure.{key}' is missing")
+        return None
+    if type(value) is not int:
+        raise FailureRecordError(f"field 'lastFailure.{key}' must be an integer")
+    low = -MAX_INT if signed else 0
+    if not low <= value <= MAX_INT:
+        raise FailureRecordError(f"field 'lastFailure.{key}' is out of range")
+    return value
+
+
+def _time(data: Mapping[str, Any]) -> float:
+    value = data.get("time")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise FailureRecordError("field 'lastFailure.time' must be a number")
+    if isinstance(value, int) and value > MAX_INT:
+        raise FailureRecordError("field 'lastFailure.time' is out of range")
+    number = float(value)
+    if not math.isfinite(number) or number < 0:
+        raise FailureRecordError("field 'lastFailure.time' must be finite and >= 0")
+    return number
+
+
+def _str(data: Mapping[str, Any], key: str, limit: int) -> str | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise FailureRecordError(f"field 'lastFailure.{key}' must be a string")
+    if len(value) > limit:
+        raise FailureRecordError(f"field 'lastFailure.{key}' is longer than {limit} characters")
+    return value

@@ -1,0 +1,77 @@
+"""The job's last root cause: status.lastFailure, the Restarted Event and the Failed condition."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from elasticjob_agent.protocol.exit_codes import ExitCode
+from elasticjob_agent.protocol.failure import WorkerFailure
+from elasticjob_operator import root_cause
+from elasticjob_operator.observed import PodPhase
+from elasticjob_operator.status import JobStatus, Phase
+
+from tests.unit.operator.opfixtures import RUN_ID, T0, Cluster, job_spec, report, step
+from tests.unit.operator.test_operator_planning import _started
+
+RAISED = WorkerFailure(
+    local_rank=1,
+    time=T0 + 4,
+    rank=3,
+    node="node-b",
+    exit_code=1,
+    exception_type="ValueError",
+    message="loss is nan",
+    frame="/app/train.py:42 in step",
+)
+
+
+def test_a_reported_failure_becomes_last_failure_and_the_restarted_event_quotes_it() -> None:
+    cluster = Cluster()
+    status = _started(cluster)
+    reports = {
+        "demo-worker-1-0": replace(
+            report("demo-worker-1-0", restarts={"failure": 1}), last_failure=RAISED
+        )
+    }
+    result = step(cluster, status, job_spec(), T0 + 5, etcd_reachable=True, reports=reports)
+    stored = result.status.last_failure
+    assert stored is not None
+    assert stored["pod"] == "demo-worker-1-0"  # the agent did not know its pod: the report's
+    assert stored["exceptionType"] == "ValueError" and stored["frame"].endswith("in step")
+    restarted = [e for e in result.events if e.reason == "Restarted"]
+    assert len(restarted) == 1
+    assert restarted[0].message.endswith(
+        "root cause: rank 3 on demo-worker-1-0 exited with code 1: ValueError: loss is nan "
+        "(at /app/train.py:42 in step)"
+    )
+    # It survives the status round trip (what the next reconcile reads back).
+    assert JobStatus.from_json(result.status.to_json()).last_failure == stored
+
+
+def test_an_older_failure_does_not_replace_a_newer_one() -> None:
+    newer = replace(RAISED, time=T0 + 10, pod="demo-worker-0-0")
+    older = replace(RAISED, time=T0 + 1, message="old news")
+    reports = {
+        "demo-worker-0-0": replace(report("demo-worker-0-0"), last_failure=older),
+        "demo-worker-1-0": replace(report("demo-worker-1-0"), last_failure=newer),
+        "other-run": replace(
+            report("x", run_id="another-run"), last_failure=replace(RAISED, time=T0 + 99)
+        ),
+    }
+    assert root_cause.newest_failure(reports, RUN_ID, None) == newer
+    assert root_cause.newest_failure(reports, RUN_ID, newer.to_json()) is None
+    assert root_cause.newest_failure(reports, RUN_ID, {"garbage": True}) == newer
+
+
+def test_the_failed_condition_quotes_the_last_root_cause_when_the_budget_is_spent() -> None:
+    cluster = Cluster()
+    status = _started(cluster).evolve(last_failure=replace(RAISED, pod="demo-worker-1-0").to_json())
+    cluster.set("demo-worker-0-0", phase=PodPhase.FAILED, exit_code=ExitCode.MAX_RESTARTS_EXCEEDED)
+    result = step(cluster, status, job_spec(), T0 + 5, etcd_reachable=True)
+    assert (result.status.phase, result.status.reason) == (Phase.FAILED, "MaxRestartsExceeded")
+    assert result.status.message.endswith(
+        "last root cause: rank 3 on demo-worker-1-0 exited with code 1: ValueError: loss is nan "
+        "(at /app/train.py:42 in step)"
+    )
+    failed = [c for c in result.status.conditions if c.get("type") == "Failed"]
+    assert failed and "last root cause: rank 3" in failed[0]["message"]

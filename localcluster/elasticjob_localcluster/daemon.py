@@ -25,6 +25,7 @@ from .config import ClusterConfig, cache_dir
 from .controlplane import ControlPlane, start_control_plane, version
 from .emulator import NodeEmulator, control_server
 from .kubeapi import KubeApi
+from .kueue import KueueProcess
 
 log = logging.getLogger(__name__)
 
@@ -156,10 +157,16 @@ async def _run(
             async def ping(_req: dict[str, Any]) -> Any:
                 return "pong"
 
+            kueue = KueueProcess(
+                state, cp.kubeconfig("admin"), subnet.gateway, cp.pki.ca_cert, cp.pki.ca_key
+            )
             server = await control_server(
-                state / "control.sock", {"lose_node": lose, "restore_node": restore, "ping": ping}
+                state / "control.sock",
+                {"lose_node": lose, "restore_node": restore, "ping": ping, **kueue.control_ops()},
             )
             await _wait_nodes_ready(api, config)
+            if config.kueue:
+                await asyncio.to_thread(kueue.start)
             info = {
                 "name": config.name,
                 "pid": os.getpid(),
@@ -186,6 +193,7 @@ async def _run(
                     log.info("owner process %d is gone: stopping", owner_pid)
                     stopping.set()
             server.close()
+            kueue.stop()
         finally:
             try:
                 await asyncio.wait_for(emulator.shutdown(), 30)

@@ -16,6 +16,7 @@ from elasticjob_agent.protocol.health import HealthReport
 
 from . import names
 from .agent_command import AGENT
+from .kueue import admission_gated
 
 
 class PodPhase(StrEnum):
@@ -47,6 +48,8 @@ class PodView:
     evicted: bool = False
     joined: bool = False
     """Its agent was seen in a completed round (annotation ``names.ANNOTATION_JOINED``)."""
+    gated: bool = False
+    """Kueue's admission gate holds it (``kueue.admission_gated``)."""
 
     @property
     def terminal(self) -> bool:
@@ -65,6 +68,8 @@ class Observed:
     """Nodes whose ``Ready`` condition is not True, or that no longer exist."""
     etcd_reachable: bool | None = None
     """The operator's own etcd probe; ``None`` when there was nothing to probe yet."""
+    kueue_reason: str | None = None
+    """Why Kueue has not admitted the core's Workload (its condition message), if read."""
 
 
 def pod_view(pod: Mapping[str, Any]) -> PodView | None:
@@ -114,6 +119,7 @@ def pod_view(pod: Mapping[str, Any]) -> PodView | None:
         finished_at=finished_at,
         evicted=status.get("reason") == "Evicted",
         joined=names.ANNOTATION_JOINED in (meta.get("annotations") or {}),
+        gated=admission_gated(spec),
     )
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import aiohttp
 
-from . import metrics, names, planning, probes
+from . import kueue, metrics, names, planning, probes
 from .kube import Kube, KubeError
 from .manifests import JobRef, owned_by
 from .observed import Observed, PodPhase, PodView
@@ -103,7 +103,7 @@ class JobLoop:
         services: frozenset[str],
     ) -> StepResult:
         job = self._job
-        spec = parse_spec(body.get("spec") or {})
+        spec = kueue.attach(parse_spec(body.get("spec") or {}), body)
         stored = JobStatus.from_json(body.get("status"))
         status = self._written if self._written is not None else stored
         generation = int((body.get("metadata") or {}).get("generation") or 0)
@@ -127,9 +127,11 @@ class JobLoop:
         if plan.commit_first:
             await self._write_status(new_status)
         delete_requested = False
+        refused: str | None = None
         for action in plan.actions:
             if isinstance(action, planning.CreateObject):
-                await self._kube.create(action.manifest)
+                if refused is None:
+                    refused = await self._create(action.manifest)
             elif isinstance(action, planning.DeletePod):
                 await self._kube.delete_pod(job.namespace, action.name, force=action.force)
             elif isinstance(action, planning.MarkJoined):
@@ -157,8 +159,12 @@ class JobLoop:
             elif isinstance(action, planning.DeleteJob):
                 await self._kube.delete_job(job)
                 delete_requested = True
+        events = list(plan.events)
+        if refused is not None:
+            new_status, refusal = kueue.report_refusal(new_status, status, refused)
+            events += [planning.Event(*refusal)] if refusal else []
         await self._write_status(new_status)
-        for event in plan.events:
+        for event in events:
             try:
                 await self._kube.post_event(job, event.type, event.reason, event.message, now)
             except KubeError as exc:
@@ -176,6 +182,19 @@ class JobLoop:
         interval = self._settings.idle_interval if idle else self._settings.interval
         return StepResult(new_status, interval, delete_requested)
 
+    async def _create(self, manifest: Mapping[str, Any]) -> str | None:
+        """Create an object; an admission webhook that cannot be called (Kueue down) is returned
+        as a message for status and Events instead of raised: retrying hides it from the user."""
+        try:
+            await self._kube.create(manifest)
+        except KubeError as exc:
+            message = kueue.refusal_message(manifest, str(exc))
+            if message is None:
+                raise
+            log.warning("job %s/%s: %s", self._job.namespace, self._job.name, message)
+            return message
+        return None
+
     async def _observe(
         self,
         spec: JobSpec,
@@ -186,6 +205,7 @@ class JobLoop:
     ) -> Observed:
         if status.phase.finished:
             return Observed(workers=workers, etcd_pods=etcd_pods, lost_nodes=lost_nodes)
+        kueue_reason = await self._kueue_reason(spec, workers)
         timeout = self._settings.probe_timeout
         targets = {p.name: p.ip for p in workers if p.ip and p.phase is PodPhase.RUNNING}
         endpoints: list[str] = []
@@ -213,7 +233,22 @@ class JobLoop:
             reports=reports,
             lost_nodes=lost_nodes,
             etcd_reachable=etcd_reachable,
+            kueue_reason=kueue_reason,
         )
+
+    async def _kueue_reason(self, spec: JobSpec, workers: tuple[PodView, ...]) -> str | None:
+        """Kueue's reason the core is not admitted, read from its Workload while a core pod is
+        gated; ``None`` when unknown (not queued, no Workload yet, or no read access)."""
+        if spec.kueue is None or not any(p.gated and kueue.is_core(spec, p.index) for p in workers):
+            return None
+        try:
+            workload = await self._kube.get_workload(
+                self._job.namespace, kueue.group_name(self._job)
+            )
+        except KubeError as exc:
+            log.debug("job %s/%s: %s", self._job.namespace, self._job.name, exc)
+            return None
+        return kueue.workload_reason(workload)
 
     async def _write_status(self, status: JobStatus) -> None:
         data = status.to_json()

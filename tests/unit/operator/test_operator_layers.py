@@ -22,6 +22,7 @@ PURE = [
     "stall",
     "status",
     "planning",
+    "kueue",
 ]
 EDGES = ("kopf", "kubernetes_asyncio", "aetcd", "aiohttp", "grpc", "prometheus_client")
 

@@ -6,7 +6,10 @@ them (scheduling gate ``kueue.x-k8s.io/admission``) until their Workload is admi
 
 - the **core**: worker indexes ``0 .. minNodes-1``, one pod group (label
   ``kueue.x-k8s.io/pod-group-name``, annotation ``kueue.x-k8s.io/pod-group-total-count =
-  minNodes``): Kueue admits all of them or none. A failed core pod is replaced inside the group.
+  minNodes``): Kueue admits all of them or none. A failed core pod is replaced inside the group
+  while another core pod is active; once none is (suspend, deletion, preemption, a lone core pod
+  failing) the group is finished (``kueue.x-k8s.io/retriable-in-group: "false"``), its quota
+  released, and the next core pods form a new Workload of the same name that queues again.
 - the **extras**: each index from ``minNodes`` up, a single-pod Workload of its own, with the
   WorkloadPriorityClass named by the job's annotation :data:`EXTRAS_PRIORITY_ANNOTATION` (when
   set), so that preemption takes extras first and the job shrinks instead of dying.
@@ -36,6 +39,10 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
 GROUP_TOTAL_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
+RETRIABLE_ANNOTATION = "kueue.x-k8s.io/retriable-in-group"
+"""``"false"`` on the core's pods: once none of them is active, Kueue counts the group finished
+and releases its quota. Without it Kueue keeps a group whose pods all failed or were deleted
+(suspend, job deletion, preemption) admitted, waiting for replacements."""
 ADMISSION_GATE = "kueue.x-k8s.io/admission"
 """The scheduling gate Kueue's pod webhook adds and removes on admission."""
 EXTRAS_PRIORITY_ANNOTATION = "kueue.elasticjob.dev/extras-priority-class"
@@ -130,6 +137,7 @@ def worker_metadata(
         labels[LABEL_PART] = PART_CORE
         labels[GROUP_LABEL] = group_name(job)
         annotations[GROUP_TOTAL_ANNOTATION] = str(spec.min_nodes)
+        annotations[RETRIABLE_ANNOTATION] = "false"
         priority = queue.priority_class
     else:
         labels[LABEL_PART] = PART_EXTRA

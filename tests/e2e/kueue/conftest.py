@@ -116,18 +116,24 @@ def gated(pod: dict[str, Any]) -> bool:
     return any(g.get("name") == GATE for g in (pod.get("spec") or {}).get("schedulingGates") or [])
 
 
-def admitted_gpus(cluster: LocalCluster, cq: str) -> int:
-    """GPUs the ClusterQueue has reserved for admitted workloads (Kueue's own accounting)."""
-    obj = json.loads(cluster.kubectl("get", "clusterqueue", cq, "-o", "json").stdout)
-    for flavor in (obj.get("status") or {}).get("flavorsReservation") or []:
-        for res in flavor.get("resources") or []:
-            if res.get("name") == GPU:
-                return _quantity(res.get("total", "0"))
-    return 0
+def _true(workload: dict[str, Any], kind: str) -> bool:
+    return any(
+        c.get("type") == kind and c.get("status") == "True"
+        for c in (workload.get("status") or {}).get("conditions") or []
+    )
 
 
-def _quantity(value: Any) -> int:
-    return int(str(value))
+def admitted_gpus(cluster: LocalCluster, ns: str) -> int:
+    """GPUs Kueue has reserved in ``ns``: the sum over its Workloads that hold quota (reserved and
+    not finished) of their admission's resource usage (Kueue's own accounting)."""
+    total = 0
+    for workload in workloads(cluster, ns):
+        if not _true(workload, "QuotaReserved") or _true(workload, "Finished"):
+            continue
+        admission = (workload.get("status") or {}).get("admission") or {}
+        for assignment in admission.get("podSetAssignments") or []:
+            total += int(str((assignment.get("resourceUsage") or {}).get(GPU, "0")))
+    return total
 
 
 def wait(cluster: LocalCluster, what: str, predicate: Any, timeout: float = 120) -> Any:

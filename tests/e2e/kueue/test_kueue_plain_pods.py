@@ -9,7 +9,7 @@ import pytest
 from elasticjob_localcluster import LocalCluster
 from elasticjob_localcluster.testing import python_pod
 
-from .conftest import admitted, admitted_gpus, gated, wait, workloads
+from tests.e2e.kueue.conftest import admitted, admitted_gpus, gated, wait, workloads
 
 pytestmark = pytest.mark.e2e
 
@@ -21,7 +21,12 @@ def queued_pod(name: str, gpus: int, *, group: str | None = None, total: int = 0
     pod["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "main"
     if group is not None:
         pod["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"] = group
-        pod["metadata"]["annotations"] = {"kueue.x-k8s.io/pod-group-total-count": str(total)}
+        pod["metadata"]["annotations"] = {
+            "kueue.x-k8s.io/pod-group-total-count": str(total),
+            # Without it Kueue keeps a group whose pods were all deleted admitted, waiting for
+            # replacements (the operator sets it on the core's pods for the same reason).
+            "kueue.x-k8s.io/retriable-in-group": "false",
+        }
     return pod
 
 

@@ -61,6 +61,7 @@ def test_core_pods_form_one_group_and_extras_are_single_workloads() -> None:
     assert core["labels"][kueue.QUEUE_LABEL] == "main"
     assert core["labels"][kueue.GROUP_LABEL] == kueue.group_name(JOB)
     assert core["annotations"][kueue.GROUP_TOTAL_ANNOTATION] == "2"
+    assert core["annotations"][kueue.RETRIABLE_ANNOTATION] == "false"
     assert core["labels"][kueue.PRIORITY_LABEL] == "training"
     assert extra["labels"][kueue.QUEUE_LABEL] == "main"
     assert kueue.GROUP_LABEL not in extra["labels"]

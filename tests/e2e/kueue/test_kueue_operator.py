@@ -66,10 +66,9 @@ def test_core_admitted_extras_wait_and_a_second_job_queues(cluster: LocalCluster
     assert "PodsUnschedulable" not in {e["reason"] for e in events(cluster, kq, "second")}
 
 
-def test_preemption_takes_extras_first_then_the_core(cluster: LocalCluster, kq: str) -> None:
-    """A job of 3 nodes (core 2 + 1 extra) fills 6 GPUs; urgent pods preempt the extra first (the
-    job trains on at minNodes, a free `preemption` restart), then the core (Queued); the job
-    re-forms when re-admitted, with no failure counted."""
+def test_preemption_takes_extras_first(cluster: LocalCluster, kq: str) -> None:
+    """A job of 3 nodes (core 2 + 1 extra) fills 6 GPUs; an urgent pod preempts the extra, not
+    the core: the job trains on at minNodes after a free `preemption` restart."""
     set_quota(cluster, kq, 6)
     cluster.apply(
         gpu_job("elastic", replicas=3, min_nodes=2, priority="ej-test-core",
@@ -87,11 +86,24 @@ def test_preemption_takes_extras_first_then_the_core(cluster: LocalCluster, kq: 
     core = [p for p in live(worker_pods(cluster, kq, "elastic")) if part(p) == "core"]
     assert len(core) == 2 and not any(gated(p) for p in core)
 
-    # Now the core: an urgent 4-GPU pod needs it.
+
+def test_a_preempted_core_queues_and_re_forms(cluster: LocalCluster, kq: str) -> None:
+    """The core preempted: the job is Queued, holds no GPU, and re-forms when re-admitted, with
+    its job-wide counts exact (no failure; no count goes down)."""
+    set_quota(cluster, kq, 6)
+    cluster.apply(
+        gpu_job("elastic", replicas=3, min_nodes=2, priority="ej-test-core",
+                extras_priority="ej-test-extras"),
+        kq,
+    )  # fmt: skip
+    wait_job(cluster, kq, "elastic", "training at 3 nodes", _running_at(3), timeout=300)
+    cluster.apply(urgent_pod("urgent-a", gpus=2), kq)
     cluster.apply(urgent_pod("urgent-b", gpus=4), kq)
     cluster.wait_pod_phase(kq, "urgent-b", "Running", timeout=240)
     job = wait_job(cluster, kq, "elastic", "queued again", lambda j: phase(j) == "Queued",
                    timeout=180)  # fmt: skip
+    wait(cluster, "the job's quota released", lambda: admitted_gpus(cluster, kq) == 6)
+    assert not [p for p in live(worker_pods(cluster, kq, "elastic")) if not gated(p)]
     before = by_reason(job)
     cluster.kubectl("delete", "pod", "urgent-a", "urgent-b", "-n", kq, "--wait=false")
     job = wait_job(cluster, kq, "elastic", "re-formed", _running_at(3), timeout=300)
@@ -154,9 +166,7 @@ def test_suspend_and_resume_release_and_retake_quota(cluster: LocalCluster, kq: 
     wait_job(cluster, kq, "pausable", "suspended", lambda j: phase(j) == "Suspended")
     wait(cluster, "all quota released", lambda: admitted_gpus(cluster, kq) == 0)
     cluster.kubectl("patch", "ej/pausable", "-n", kq, "--type=merge", "-p", patch % "false")
-    # Resumed: new core pods form a new Workload, admitted with the same quota, and run. (That
-    # they then re-form a round is the rendezvous's part: see the report on resuming into a
-    # completed round with no live member.)
+    # Resumed: new core pods form a new Workload, admitted with the same quota, run, and train.
     wait(
         cluster, "the core re-admitted and running",
         lambda: len([p for p in live(worker_pods(cluster, kq, "pausable"))
@@ -164,6 +174,7 @@ def test_suspend_and_resume_release_and_retake_quota(cluster: LocalCluster, kq: 
         timeout=240,
     )  # fmt: skip
     assert admitted_gpus(cluster, kq) == 4
+    wait_job(cluster, kq, "pausable", "training again", _running_at(2), timeout=240)
 
 
 def test_a_finished_job_releases_its_quota(cluster: LocalCluster, kq: str) -> None:

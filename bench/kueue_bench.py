@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import socket
 import statistics
@@ -288,6 +289,7 @@ def main() -> int:
             operator.wait(timeout=30)
         if name is None:
             stop_cluster(config)
+            shutil.rmtree(config.state_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -41,8 +41,9 @@ fmt: setup
 cluster-build: setup
 	@localcluster/build.sh
 
+# `make cluster-up KUEUE=1` also builds (once) and starts Kueue (docs/shared-clusters.md).
 cluster-up: cluster-build
-	@PYTHONPATH=localcluster $(PY) -m elasticjob_localcluster up
+	@$(if $(KUEUE),localcluster/kueue/build.sh && )PYTHONPATH=localcluster $(PY) -m elasticjob_localcluster up $(if $(KUEUE),--kueue)
 
 cluster-down: setup
 	@PYTHONPATH=localcluster $(PY) -m elasticjob_localcluster down

@@ -19,6 +19,7 @@ def _config(args: argparse.Namespace) -> ClusterConfig:
         gpus_per_node=args.gpus_per_node,
         cpu_per_node=args.cpu_per_node,
         memory_per_node=args.memory_per_node,
+        kueue=args.kueue,
     )
 
 
@@ -34,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpus-per-node", type=int, default=4)
     parser.add_argument("--cpu-per-node", default="8")
     parser.add_argument("--memory-per-node", default="32Gi")
+    parser.add_argument("--kueue", action="store_true", help="also start Kueue (plain pods)")
     parser.add_argument("--owner-pid", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument(
         "--previous", action="store_true", help="logs: the run before the last restart"

@@ -66,6 +66,8 @@ class ClusterConfig:
     memory_per_node: str = "32Gi"
     #: Maximum pods per node.
     pods_per_node: int = 110
+    #: Start Kueue (plain-pod integration) once the nodes are Ready (see ``kueue.py``).
+    kueue: bool = False
 
     def __post_init__(self) -> None:
         if not _NAME_RE.match(self.name):

@@ -26,6 +26,7 @@ from .config import ClusterConfig, cache_dir
 from .controlplane import ControlPlane, start_control_plane, version
 from .emulator import NodeEmulator, control_server
 from .kubeapi import KubeApi
+from .kueue import KueueProcess
 from .realnodes.fleet import Fleet
 from .realnodes.node import remove_leftovers as remove_real_node_leftovers
 
@@ -182,13 +183,24 @@ async def _run(
             async def ping(_req: dict[str, Any]) -> Any:
                 return "pong"
 
+            kueue = KueueProcess(
+                state, cp.kubeconfig("admin"), subnet.gateway, cp.pki.ca_cert, cp.pki.ca_key
+            )
             server = await control_server(
                 state / "control.sock",
-                {"lose_node": lose, "restore_node": restore, "cut_node": cut, "ping": ping},
+                {
+                    "lose_node": lose,
+                    "restore_node": restore,
+                    "cut_node": cut,
+                    "ping": ping,
+                    **kueue.control_ops(),
+                },
             )
             await _wait_nodes_ready(api, config, fleet.check_alive if fleet else None)
             if fleet is not None:
                 await asyncio.to_thread(fleet.deploy_dns)
+            if config.kueue:
+                await asyncio.to_thread(kueue.start)
             info = {
                 "name": config.name,
                 "pid": os.getpid(),
@@ -220,6 +232,7 @@ async def _run(
                     log.info("owner process %d is gone: stopping", owner_pid)
                     stopping.set()
             server.close()
+            kueue.stop()
         finally:
             try:
                 await asyncio.wait_for(emulator.shutdown(), 30)

@@ -461,6 +461,8 @@ def start_cluster(
     ]  # fmt: skip
     if owned:
         args += ["--owner-pid", str(os.getpid())]
+    if config.kueue:
+        args.append("--kueue")
     with log_path.open("wb") as out:
         proc = subprocess.Popen(
             args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

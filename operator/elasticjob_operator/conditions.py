@@ -18,6 +18,8 @@ class ConditionType(StrEnum):
     STALLED = "Stalled"
     """Agents are blocked: reason EtcdUnavailable, PodsUnschedulable or WaitingForNodes."""
     SUSPENDED = "Suspended"
+    QUEUED = "Queued"
+    """Kueue has not admitted the job's core; the reason and message say why."""
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     REQUEST_REJECTED = "RequestRejected"

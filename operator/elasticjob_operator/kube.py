@@ -217,6 +217,20 @@ class Kube:
             raise _wrap(exc, f"get {namespace}/{name}") from exc
         return result
 
+    async def get_workload(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """Kueue's Workload ``name`` (read-only); ``None`` when it does not exist."""
+        try:
+            result: dict[str, Any] = await self._custom.get_namespaced_custom_object(
+                "kueue.x-k8s.io", "v1beta2", namespace, "workloads", name
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise _wrap(exc, f"get workload {namespace}/{name}") from exc
+        except (TimeoutError, OSError) as exc:
+            raise _wrap(exc, f"get workload {namespace}/{name}") from exc
+        return result
+
     async def delete_job(self, job: JobRef) -> None:
         """Delete the job (TTL after finishing); its owned objects go with it."""
         body = client.V1DeleteOptions(

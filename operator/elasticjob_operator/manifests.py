@@ -12,7 +12,7 @@ from typing import Any
 
 from elasticjob_agent.protocol.health import DEFAULT_HEALTH_PORT
 
-from . import names
+from . import kueue, names
 from .agent_command import (
     AGENT,
     ETCD_TLS_DIR,
@@ -207,8 +207,10 @@ def build_worker_pod(job: JobRef, spec: JobSpec, index: int, attempt: int) -> di
     pod_spec["restartPolicy"] = "Never"
     pod_spec.setdefault("subdomain", names.workers_service_name(job.name))
 
+    kueue_labels, kueue_annotations = kueue.worker_metadata(job, spec, index)
     labels = {
         **dict(meta.get("labels") or {}),
+        **kueue_labels,
         **names.worker_selector(job.name),
         names.LABEL_INDEX: str(index),
         names.LABEL_ATTEMPT: str(attempt),
@@ -220,7 +222,7 @@ def build_worker_pod(job: JobRef, spec: JobSpec, index: int, attempt: int) -> di
             "name": name,
             "namespace": job.namespace,
             "labels": labels,
-            "annotations": dict(meta.get("annotations") or {}),
+            "annotations": {**dict(meta.get("annotations") or {}), **kueue_annotations},
             "ownerReferences": [job.owner_reference()],
         },
         "spec": pod_spec,

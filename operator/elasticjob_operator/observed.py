@@ -16,6 +16,7 @@ from elasticjob_agent.protocol.health import HealthReport
 
 from . import names
 from .agent_command import AGENT
+from .kueue import admission_gated
 
 
 class PodPhase(StrEnum):
@@ -49,6 +50,8 @@ class PodView:
     """Its agent was seen in a completed round (annotation ``names.ANNOTATION_JOINED``)."""
     ready: bool = False
     """The kubelet reports the pod ``Ready`` (for etcd: its readiness probe on ``/health``)."""
+    gated: bool = False
+    """Kueue's admission gate holds it (``kueue.admission_gated``)."""
 
     @property
     def terminal(self) -> bool:
@@ -69,6 +72,8 @@ class Observed:
     """Nodes whose ``Ready`` condition is not True, or that no longer exist."""
     etcd_reachable: bool | None = None
     """The operator's own etcd probe; ``None`` when there was nothing to probe yet."""
+    kueue_reason: str | None = None
+    """Why Kueue has not admitted the core's Workload (its condition message), if read."""
 
 
 def pod_view(pod: Mapping[str, Any]) -> PodView | None:
@@ -122,6 +127,7 @@ def pod_view(pod: Mapping[str, Any]) -> PodView | None:
         evicted=status.get("reason") == "Evicted",
         joined=names.ANNOTATION_JOINED in (meta.get("annotations") or {}),
         ready=ready and phase is PodPhase.RUNNING,
+        gated=admission_gated(spec),
     )
 
 

@@ -17,7 +17,7 @@ from elasticjob_agent.protocol.health import AgentState, HealthReport
 from elasticjob_agent.protocol.keys import JobKeys
 from elasticjob_agent.protocol.restarts import RestartReason
 
-from . import manifests, names, restarts, root_cause, seeding
+from . import kueue, manifests, names, restarts, root_cause, seeding
 from .conditions import ConditionType, find_condition, set_condition, stamp_generation
 from .observed import Observed, PodPhase, PodView
 from .spec import CleanPodPolicy, EtcdMode, JobSpec
@@ -262,7 +262,7 @@ def _plan(
         )
 
     etcd_view = _manage_etcd(draft, job, spec, observed, now, settings=settings)
-    _manage_workers(draft, job, spec, observed, now)
+    admission = _manage_workers(draft, job, spec, observed, now)
 
     current = _current_workers(observed.workers, draft.status.attempts)
     stall = classify(
@@ -286,7 +286,7 @@ def _plan(
             force_all=True,
         )
         return draft.freeze()
-    _summarize(draft, spec, observed, now)
+    _summarize(draft, spec, observed, now, admission)
     return draft.freeze()
 
 
@@ -719,7 +719,7 @@ def _needs_replacement(pod: PodView, lost_nodes: frozenset[str]) -> bool:
 
 def _manage_workers(
     draft: _Draft, job: manifests.JobRef, spec: JobSpec, observed: Observed, now: float
-) -> None:
+) -> kueue.Admission:
     attempts = dict(draft.status.attempts)
     counts = dict(draft.status.restarts)
     lost_nodes = observed.lost_nodes
@@ -727,13 +727,20 @@ def _manage_workers(
         if pod.attempt > attempts.get(pod.index, 0):
             attempts[pod.index] = pod.attempt
     current = _current_workers(observed.workers, attempts)
+    admission = kueue.decide(spec, current, observed.workers, lost_nodes)
+    for pod in admission.release:  # the core lost its admission: extras go, new names later
+        attempts[pod.index] = pod.attempt + 1
+        draft.commit_first = True
+        draft.event("Normal", "ExtraReleased", f"{pod.name} deleted: the core is queued again")
+    current = _current_workers(observed.workers, attempts)
     for index in range(spec.replicas):
         found = current.get(index)
         attempt = attempts.get(index, 0)
         if found is None:
-            draft.actions.append(
-                CreateObject(manifests.build_worker_pod(job, spec, index, attempt))
-            )
+            if index not in admission.hold:
+                draft.actions.append(
+                    CreateObject(manifests.build_worker_pod(job, spec, index, attempt))
+                )
             continue
         if not _needs_replacement(found, lost_nodes):
             continue
@@ -749,9 +756,10 @@ def _manage_workers(
             f"worker pod {found.name} {why}; creating attempt {attempt + 1}"
             + (f" (restart reason {reason})" if reason else " (the agents count this restart)"),
         )
-        draft.actions.append(
-            CreateObject(manifests.build_worker_pod(job, spec, index, attempt + 1))
-        )
+        if index not in admission.hold:
+            draft.actions.append(
+                CreateObject(manifests.build_worker_pod(job, spec, index, attempt + 1))
+            )
     for pod in observed.workers:
         superseded = pod.attempt < attempts.get(pod.index, 0)
         scaled_away = pod.index >= spec.replicas
@@ -762,6 +770,7 @@ def _manage_workers(
             elif on_lost_node:
                 draft.actions.append(DeletePod(pod.name, force=True))  # stuck Terminating
     draft.status = draft.status.evolve(attempts=attempts, restarts=counts)
+    return admission
 
 
 def _describe_loss(pod: PodView, lost_nodes: frozenset[str]) -> str:
@@ -820,7 +829,13 @@ def _track_stall(draft: _Draft, spec: JobSpec, stall: Stall | None, now: float) 
     return False
 
 
-def _summarize(draft: _Draft, spec: JobSpec, observed: Observed, now: float) -> None:
+def _summarize(
+    draft: _Draft,
+    spec: JobSpec,
+    observed: Observed,
+    now: float,
+    admission: kueue.Admission = kueue.NOT_QUEUED,
+) -> None:
     status = draft.status
     reports = [r for r in observed.reports.values() if r.run_id == status.run_id]
     running = [r for r in reports if r.state is AgentState.RUNNING and r.round is not None]
@@ -850,10 +865,23 @@ def _summarize(draft: _Draft, spec: JobSpec, observed: Observed, now: float) -> 
         phase, reason, message = Phase.RESTARTING, "Restarting", "the worker group is re-forming"
     else:
         phase, reason, message = Phase.PENDING, "Pending", "waiting for the first rendezvous"
+    conds: list[dict[str, Any]] = [dict(c) for c in status.conditions]
+    if spec.kueue is not None:
+        queued = kueue.queued_message(spec, observed.kueue_reason)
+        if admission.queued and not in_round:
+            phase, reason, message = Phase.QUEUED, "Queued", queued
+        conds = set_condition(
+            conds,
+            ConditionType.QUEUED,
+            admission.queued,
+            "Queued" if admission.queued else "Admitted",
+            queued if admission.queued else "Kueue admitted the core",
+            now=now,
+        )
     if status.stall is not None:
         reason, message = status.stall.reason, status.stall.message
     conds = set_condition(
-        status.conditions,
+        conds,
         ConditionType.RUNNING,
         phase is Phase.RUNNING,
         "Running" if phase is Phase.RUNNING else phase.value,

@@ -18,7 +18,7 @@ from typing import Any
 
 import aiohttp
 
-from . import manifests, metrics, names, pki, planning, probes
+from . import kueue, manifests, metrics, names, pki, planning, probes
 from .kube import ConflictKubeError, Kube, KubeError, PermanentKubeError
 from .manifests import JobRef, owned_by
 from .netpol import PolicySettings, build_network_policies
@@ -122,7 +122,7 @@ class JobLoop:
         services: frozenset[str],
     ) -> StepResult:
         job = self._job
-        spec = parse_spec(body.get("spec") or {})
+        spec = kueue.attach(parse_spec(body.get("spec") or {}), body)
         stored = JobStatus.from_json(body.get("status"))
         status = never_lower(self._written, stored) if self._written is not None else stored
         if self._resource_version is None:
@@ -157,8 +157,14 @@ class JobLoop:
         if plan.commit_first:
             new_status = await self._write_status(new_status)
         delete_requested = False
+        refused: str | None = None
         for action in plan.actions:
             try:
+                if isinstance(action, planning.CreateObject):
+                    # After a refusal by an admission webhook (Kueue down), create nothing more.
+                    if refused is None:
+                        refused = await self._create(action.manifest)
+                    continue
                 new_status, deleted = await self._apply(action, new_status)
             except PermanentKubeError as exc:
                 # Not retried silently: the first refusal becomes a condition and an Event.
@@ -171,6 +177,9 @@ class JobLoop:
             new_status, rejection, now=now, generation=generation
         )
         events = [*plan.events, *([rejected] if rejected is not None else [])]
+        if refused is not None:
+            new_status, refusal = kueue.report_refusal(new_status, status, refused)
+            events += [planning.Event(*refusal)] if refusal else []
         self._rejections = self._rejections + 1 if rejection is not None else 0
         new_status = await self._write_status(new_status)
         for event in events:
@@ -192,6 +201,19 @@ class JobLoop:
         if self._rejections:
             interval = min(REJECTED_BACKOFF_MAX, interval * 2 ** min(self._rejections, 6))
         return StepResult(new_status, interval, delete_requested)
+
+    async def _create(self, manifest: Mapping[str, Any]) -> str | None:
+        """Create an object; an admission webhook that cannot be called (Kueue down) is returned
+        as a message for status and Events instead of raised: retrying hides it from the user."""
+        try:
+            await self._kube.create(manifest)
+        except KubeError as exc:
+            message = kueue.refusal_message(manifest, str(exc))
+            if message is None:
+                raise
+            log.warning("job %s/%s: %s", self._job.namespace, self._job.name, message)
+            return message
+        return None
 
     async def _apply(self, action: planning.Action, status: JobStatus) -> tuple[JobStatus, bool]:
         """Run one action; returns the status (the seed's record) and whether the job was
@@ -240,6 +262,7 @@ class JobLoop:
     ) -> Observed:
         if status.phase.finished:
             return Observed(workers=workers, etcd_pods=etcd_pods, lost_nodes=lost_nodes)
+        kueue_reason = await self._kueue_reason(spec, workers)
         timeout = self._settings.probe_timeout
         targets = {p.name: p.ip for p in workers if p.ip and p.phase is PodPhase.RUNNING}
         endpoints: list[str] = []
@@ -269,7 +292,22 @@ class JobLoop:
             invalid_reports=reports.invalid,
             lost_nodes=lost_nodes,
             etcd_reachable=etcd_reachable,
+            kueue_reason=kueue_reason,
         )
+
+    async def _kueue_reason(self, spec: JobSpec, workers: tuple[PodView, ...]) -> str | None:
+        """Kueue's reason the core is not admitted, read from its Workload while a core pod is
+        gated; ``None`` when unknown (not queued, no Workload yet, or no read access)."""
+        if spec.kueue is None or not any(p.gated and kueue.is_core(spec, p.index) for p in workers):
+            return None
+        try:
+            workload = await self._kube.get_workload(
+                self._job.namespace, kueue.group_name(self._job)
+            )
+        except KubeError as exc:
+            log.debug("job %s/%s: %s", self._job.namespace, self._job.name, exc)
+            return None
+        return kueue.workload_reason(workload)
 
     async def _ensure_policies(self, spec: JobSpec) -> None:
         """Create the job's NetworkPolicies once per loop (a create that finds them is a no-op;

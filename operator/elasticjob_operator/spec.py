@@ -12,7 +12,10 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .kueue import KueueSpec
 
 TRAINER_CONTAINER = "trainer"
 
@@ -102,6 +105,8 @@ class JobSpec:
     run_policy: RunPolicy
     template: Mapping[str, Any]
     """The pod template as written (a deep copy; builders copy again before changing it)."""
+    kueue: KueueSpec | None = None
+    """Queueing through Kueue (``spec.queueName`` or the job's label; see ``kueue.py``)."""
 
     @property
     def trainer_index(self) -> int:

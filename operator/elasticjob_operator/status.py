@@ -20,6 +20,8 @@ from .observed import parse_time
 
 class Phase(StrEnum):
     PENDING = "Pending"
+    QUEUED = "Queued"
+    """Kueue has not admitted the core (see ``kueue.py``)."""
     RUNNING = "Running"
     RESTARTING = "Restarting"
     SUSPENDED = "Suspended"

@@ -1,0 +1,268 @@
+"""Queueing through Kueue's plain-pod integration (pure: no Kubernetes client, no clock).
+
+A job opts in with ``spec.queueName`` or the label ``kueue.x-k8s.io/queue-name`` on the job (as
+Kueue users write it). Its worker pods then carry Kueue's labels, and Kueue's pod webhook gates
+them (scheduling gate ``kueue.x-k8s.io/admission``) until their Workload is admitted:
+
+- the **core**: worker indexes ``0 .. minNodes-1``, one pod group (label
+  ``kueue.x-k8s.io/pod-group-name``, annotation ``kueue.x-k8s.io/pod-group-total-count =
+  minNodes``): Kueue admits all of them or none. A failed core pod is replaced inside the group
+  while another core pod is active; once none is (suspend, deletion, preemption, a lone core pod
+  failing) the group is finished (``kueue.x-k8s.io/retriable-in-group: "false"``), its quota
+  released, and the next core pods form a new Workload of the same name that queues again.
+- the **extras**: each index from ``minNodes`` up, a single-pod Workload of its own, with the
+  WorkloadPriorityClass named by the job's annotation :data:`EXTRAS_PRIORITY_ANNOTATION` (when
+  set), so that preemption takes extras first and the job shrinks instead of dying.
+
+The operator creates extras only while the core is admitted and deletes them when the core lost
+its admission (preempted and queued again): a queued job never holds part of its GPUs. The
+managed etcd pod carries no queue label: Kueue neither gates it nor counts it against quota.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from .spec import SpecError
+
+if TYPE_CHECKING:
+    from .manifests import JobRef
+    from .observed import PodView
+    from .spec import JobSpec
+    from .status import JobStatus
+
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
+GROUP_TOTAL_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
+RETRIABLE_ANNOTATION = "kueue.x-k8s.io/retriable-in-group"
+"""``"false"`` on the core's pods: once none of them is active, Kueue counts the group finished
+and releases its quota. Without it Kueue keeps a group whose pods all failed or were deleted
+(suspend, job deletion, preemption) admitted, waiting for replacements."""
+ADMISSION_GATE = "kueue.x-k8s.io/admission"
+"""The scheduling gate Kueue's pod webhook adds and removes on admission."""
+EXTRAS_PRIORITY_ANNOTATION = "kueue.elasticjob.dev/extras-priority-class"
+"""On the job: the WorkloadPriorityClass of its extras (default: the core's)."""
+LABEL_PART = "elasticjob.dev/kueue-part"
+"""On worker pods of a queued job: ``core`` or ``extra``."""
+PART_CORE = "core"
+PART_EXTRA = "extra"
+
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$")
+_WEBHOOK_REFUSAL = re.compile(r'failed calling webhook \\?"(?P<hook>[^"\\]+)', re.IGNORECASE)
+
+
+class KueueSpecError(SpecError):
+    """The job's Kueue settings are contradictory or malformed; the message names the field."""
+
+
+@dataclass(frozen=True)
+class KueueSpec:
+    """How a job is queued (``None`` on ``JobSpec.kueue`` when it is not)."""
+
+    queue_name: str
+    """The LocalQueue in the job's namespace."""
+    priority_class: str | None = None
+    """WorkloadPriorityClass of the core (the job's ``kueue.x-k8s.io/priority-class`` label)."""
+    extras_priority_class: str | None = None
+    """WorkloadPriorityClass of the extras (:data:`EXTRAS_PRIORITY_ANNOTATION`)."""
+
+
+def parse_kueue(spec: Mapping[str, Any], metadata: Mapping[str, Any]) -> KueueSpec | None:
+    """The job's queueing from ``spec.queueName`` and the job's labels/annotations.
+
+    ``spec.queueName`` and the label ``kueue.x-k8s.io/queue-name`` may both be set only to the
+    same value. Raises :class:`KueueSpecError` naming the field otherwise.
+    """
+    labels = metadata.get("labels") or {}
+    annotations = metadata.get("annotations") or {}
+    from_spec = spec.get("queueName")
+    from_label = labels.get(QUEUE_LABEL)
+    for field, value in (("spec.queueName", from_spec), (f"label {QUEUE_LABEL}", from_label)):
+        if value is not None and (not isinstance(value, str) or not _NAME.match(value)):
+            raise KueueSpecError(f"{field} must name a LocalQueue (a DNS label), got {value!r}")
+    if from_spec and from_label and from_spec != from_label:
+        raise KueueSpecError(
+            f"spec.queueName ({from_spec!r}) and the job's label {QUEUE_LABEL} ({from_label!r}) "
+            "disagree: set one of them, or both to the same LocalQueue"
+        )
+    queue = from_spec or from_label
+    if not queue:
+        return None
+    priority = labels.get(PRIORITY_LABEL) or None
+    extras = annotations.get(EXTRAS_PRIORITY_ANNOTATION) or None
+    for field, value in ((f"label {PRIORITY_LABEL}", priority),
+                         (f"annotation {EXTRAS_PRIORITY_ANNOTATION}", extras)):  # fmt: skip
+        if value is not None and not _NAME.match(str(value)):
+            raise KueueSpecError(f"{field} must name a WorkloadPriorityClass, got {value!r}")
+    return KueueSpec(str(queue), priority, extras)
+
+
+def attach(spec: JobSpec, body: Mapping[str, Any]) -> JobSpec:
+    """``spec`` with its Kueue settings read from the job ``body`` (spec, labels, annotations)."""
+    return replace(spec, kueue=parse_kueue(body.get("spec") or {}, body.get("metadata") or {}))
+
+
+# -- worker pods ---------------------------------------------------------------------------------
+
+
+def group_name(job: JobRef) -> str:
+    """The core's pod group (one per job incarnation): ``<job>-core-<uid prefix>``, a valid
+    label value (at most 63 characters; long job names are cut and hashed)."""
+    name = f"{job.name}-core-{job.uid[:8]}"
+    if len(name) <= 63:
+        return name
+    digest = hashlib.sha256(job.name.encode()).hexdigest()[:8]
+    return f"{job.name[:37].rstrip('-.')}-{digest}-core-{job.uid[:8]}"
+
+
+def is_core(spec: JobSpec, index: int) -> bool:
+    return index < spec.min_nodes
+
+
+def worker_metadata(
+    job: JobRef, spec: JobSpec, index: int
+) -> tuple[dict[str, str], dict[str, str]]:
+    """Labels and annotations Kueue reads on worker pod ``index`` (empty when not queued)."""
+    queue = spec.kueue
+    if queue is None:
+        return {}, {}
+    labels = {QUEUE_LABEL: queue.queue_name}
+    annotations: dict[str, str] = {}
+    if is_core(spec, index):
+        labels[LABEL_PART] = PART_CORE
+        labels[GROUP_LABEL] = group_name(job)
+        annotations[GROUP_TOTAL_ANNOTATION] = str(spec.min_nodes)
+        annotations[RETRIABLE_ANNOTATION] = "false"
+        priority = queue.priority_class
+    else:
+        labels[LABEL_PART] = PART_EXTRA
+        priority = queue.extras_priority_class or queue.priority_class
+    if priority:
+        labels[PRIORITY_LABEL] = priority
+    return labels, annotations
+
+
+def admission_gated(pod_spec: Mapping[str, Any]) -> bool:
+    """Whether Kueue's admission gate holds the pod (its Workload is not admitted)."""
+    return any(
+        isinstance(g, Mapping) and g.get("name") == ADMISSION_GATE
+        for g in pod_spec.get("schedulingGates") or []
+    )
+
+
+# -- planning ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What Kueue's admission means for one planning step of a queued job."""
+
+    queued: bool = False
+    """The core waits for admission: its live pods are all gated."""
+    hold: frozenset[int] = frozenset()
+    """Worker indexes not to create or replace in this step."""
+    release: tuple[PodView, ...] = ()
+    """Extras to delete (the core is queued); their indexes take the next attempt."""
+
+
+NOT_QUEUED = Admission()
+
+
+def decide(
+    spec: JobSpec,
+    current: Mapping[int, PodView],
+    workers: Iterable[PodView],
+    lost_nodes: frozenset[str],
+) -> Admission:
+    """Which worker pods may be created now. ``current``: the newest pod per index;
+    ``workers``: every worker pod of the job (older attempts included).
+
+    - The core is *admitted* when one of its live pods is not gated (a replacement inside an
+      admitted group is gated for a moment; its siblings are not).
+    - Extras are not created while the core is not admitted, and are released once the core
+      is *queued* (live core pods exist and all are gated), not during the moment a core pod is
+      being replaced.
+    - While a core pod (of any attempt) still terminates on a live node, its index gets no new
+      pod: Kueue counts it as an active member of the group and would delete a replacement as
+      an excess pod. The replacement's attempt is committed at once; only its creation waits.
+    """
+    if spec.kueue is None:
+        return NOT_QUEUED
+    core = [p for i, p in current.items() if is_core(spec, i)]
+    live_core = [p for p in core if not p.terminal and not p.deleting]
+    admitted = any(not p.gated for p in live_core)
+    queued = bool(live_core) and not admitted
+    hold = {
+        p.index
+        for p in workers
+        if is_core(spec, p.index)
+        and p.deleting
+        and not p.terminal
+        and p.node is not None
+        and p.node not in lost_nodes
+    }
+    release: list[PodView] = []
+    if not admitted:
+        hold.update(range(spec.min_nodes, spec.replicas))
+    if queued:
+        release = [p for i, p in current.items() if not is_core(spec, i) and not p.deleting]
+    return Admission(queued, frozenset(hold), tuple(sorted(release, key=lambda p: p.index)))
+
+
+def queued_message(spec: JobSpec, kueue_reason: str | None) -> str:
+    """The ``Queued`` condition's message: the LocalQueue and Kueue's own reason, when known."""
+    queue = spec.kueue.queue_name if spec.kueue is not None else "?"
+    text = f"waiting for Kueue to admit the core ({spec.min_nodes} pods) in LocalQueue {queue}"
+    return f"{text}: {kueue_reason}" if kueue_reason else text
+
+
+def workload_reason(workload: Mapping[str, Any] | None) -> str | None:
+    """Kueue's reason a Workload is not admitted (its ``QuotaReserved`` or ``Admitted``
+    condition's message), or ``None``."""
+    if not workload:
+        return None
+    conditions = (workload.get("status") or {}).get("conditions") or []
+    for kind in ("QuotaReserved", "Admitted", "Evicted"):
+        for cond in conditions:
+            if cond.get("type") == kind and cond.get("status") == "False" and cond.get("message"):
+                return str(cond["message"])[:400]
+    return None
+
+
+def webhook_refusal(error: str) -> str | None:
+    """The webhook's name when an API error says an admission webhook could not be called
+    (Kueue is down or unreachable), else ``None``."""
+    match = _WEBHOOK_REFUSAL.search(error)
+    return match["hook"] if match else None
+
+
+REFUSED_REASON = "PodCreationRefused"
+"""``status.reason`` while an admission webhook (Kueue's) cannot be called."""
+
+
+def refusal_message(manifest: Mapping[str, Any], error: str) -> str | None:
+    """A user-facing message when ``error`` (from creating ``manifest``) says an admission
+    webhook could not be called, else ``None``."""
+    hook = webhook_refusal(error)
+    if hook is None:
+        return None
+    kind = manifest.get("kind", "object")
+    name = (manifest.get("metadata") or {}).get("name", "?")
+    return (
+        f"creating {kind} {name} was refused: the API server could not call admission webhook "
+        f"{hook} (is Kueue running?); the operator retries"
+    )
+
+
+def report_refusal(
+    status: JobStatus, previous: JobStatus, message: str
+) -> tuple[JobStatus, tuple[str, str, str] | None]:
+    """``status`` with the refusal as its reason and message, and the Warning Event to post
+    (only when the previous status did not already report a refusal)."""
+    event = None if previous.reason == REFUSED_REASON else ("Warning", REFUSED_REASON, message)
+    return status.evolve(reason=REFUSED_REASON, message=message), event

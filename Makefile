@@ -4,7 +4,7 @@ PY := .venv/bin/python
 # Long builds (Kubernetes, helm) are cached here, outside the repository.
 export ELASTICJOB_CACHE ?= $(HOME)/.cache/elasticjob
 
-.PHONY: sync-chart setup demo demo-standalone test test-fast lint fmt cluster-build cluster-up cluster-down bench
+.PHONY: sync-chart setup demo demo-standalone test test-fast lint fmt cluster-build cluster-up cluster-down bench builds kueue-build
 
 setup:
 	@scripts/setup.sh
@@ -19,8 +19,16 @@ demo: cluster-up
 demo-standalone: setup
 	@scripts/demo.sh
 
-test: setup cluster-build
+test: setup builds
 	$(PY) -m pytest -q -ra
+
+# Everything the tests need, each step cached and skipped when done. Under `make -j3 builds`
+# (.ci/run) the image builds (mostly network and disk) run beside the Go builds, which take
+# turns on the CPU (Kueue after Kubernetes); apt calls take a lock, so they never collide.
+builds: cluster-build images kueue-build
+
+kueue-build: cluster-build
+	@localcluster/kueue/build.sh
 
 # Unit and etcd integration tests only (no Kubernetes needed).
 test-fast: setup
@@ -65,5 +73,5 @@ sync-chart:
 # the training example), built without a registry into $(ELASTICJOB_CACHE)/images, cached by
 # content (a second run builds nothing); see docs/packaging.md.
 .PHONY: images
-images:
+images: setup
 	@localcluster/images/build.sh

@@ -117,9 +117,9 @@ install_node_packages() {
   fi
   log "installing ${need[*]} from Debian (real nodes)"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y --no-install-recommends "${need[@]}" >/dev/null 2>&1 || {
-    apt-get update >/dev/null
-    apt-get install -y --no-install-recommends "${need[@]}" >/dev/null
+  flock /tmp/elasticjob-apt.lock apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends "${need[@]}" >/dev/null 2>&1 || {
+    flock /tmp/elasticjob-apt.lock apt-get -o DPkg::Lock::Timeout=600 update >/dev/null
+    flock /tmp/elasticjob-apt.lock apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends "${need[@]}" >/dev/null
   }
 }
 

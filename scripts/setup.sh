@@ -14,9 +14,9 @@ command -v hadolint >/dev/null || true  # hadolint is fetched by the Dockerfile 
 if ((${#need_apt[@]})); then
   echo "setup: installing ${need_apt[*]} from Debian" >&2
   export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y --no-install-recommends "${need_apt[@]}" >/dev/null 2>&1 || {
-    apt-get update >/dev/null
-    apt-get install -y --no-install-recommends "${need_apt[@]}" >/dev/null
+  flock /tmp/elasticjob-apt.lock apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends "${need_apt[@]}" >/dev/null 2>&1 || {
+    flock /tmp/elasticjob-apt.lock apt-get -o DPkg::Lock::Timeout=600 update >/dev/null
+    flock /tmp/elasticjob-apt.lock apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends "${need_apt[@]}" >/dev/null
   }
   # Debian starts the packaged services; we start our own etcd and Prometheus per test.
   pkill -x etcd 2>/dev/null || true

@@ -20,9 +20,9 @@ done
 if ((${#need_apt[@]})); then
   echo "images: installing ${need_apt[*]} from Debian" >&2
   export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y --no-install-recommends "${need_apt[@]}" >/dev/null 2>&1 || {
-    apt-get update >/dev/null
-    apt-get install -y --no-install-recommends "${need_apt[@]}" >/dev/null
+  flock /tmp/elasticjob-apt.lock apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends "${need_apt[@]}" >/dev/null 2>&1 || {
+    flock /tmp/elasticjob-apt.lock apt-get -o DPkg::Lock::Timeout=600 update >/dev/null
+    flock /tmp/elasticjob-apt.lock apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends "${need_apt[@]}" >/dev/null
   }
 fi
 command -v go >/dev/null || { echo "images: Go is needed (etcd, CoreDNS, the pause source)" >&2; exit 1; }

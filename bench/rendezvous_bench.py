@@ -63,6 +63,7 @@ from typing import Any
 from elasticjob_agent.etcd.client import EtcdClient
 from elasticjob_agent.protocol.keys import JobKeys
 from elasticjob_agent.rendezvous.backend import create_backend
+from elasticjob_agent.rendezvous.deadline import drain
 from elasticjob_agent.rendezvous.executor import Executor, Outcome
 from elasticjob_agent.rendezvous.kv import AsyncEtcdStore
 from elasticjob_agent.rendezvous.roles import exchange_roles_async
@@ -111,6 +112,7 @@ class Case:
     tcp_port: int
     run_id: str
     path: str = "agent"
+    lease_ttl: int = 10
 
     @property
     def min_nodes(self) -> int:
@@ -159,7 +161,7 @@ def _ours(case: Case, nodes: list[str], ready: Connection, start: Any) -> list[N
 
     async def main() -> list[NodeResult]:
         clients = [EtcdClient(case.endpoint, request_timeout=60) for _ in nodes]
-        leases = [LeaseKeeper(c, 10) for c in clients]
+        leases = [LeaseKeeper(c, case.lease_ttl) for c in clients]
         # Connected (watch stream open) and holding a lease before the start signal, like an
         # agent that is up.
         await asyncio.gather(*(c.prepare() for c in clients))
@@ -210,6 +212,7 @@ def _ours(case: Case, nodes: list[str], ready: Connection, start: Any) -> list[N
                 results.append(NodeResult(time.time(), None, c.requests - b, 0, repr(d)))
             else:
                 results.append(NodeResult(d[0], d[1], c.requests - b, c.failed_txns))
+        await drain(5.0)
         for lease in leases:
             await lease.stop()
         await asyncio.gather(*(c.close() for c in clients))
@@ -535,6 +538,9 @@ def main() -> int:
     parser.add_argument("--path", default="agent", choices=PATHS)
     parser.add_argument("--repeat", type=int, default=1, help="runs of every case")
     parser.add_argument("--workers", type=int, default=4, help="worker processes")
+    parser.add_argument(
+        "--lease-ttl", type=int, default=10, help="ours: lease TTL (s), the agent's heartbeat"
+    )
     args = parser.parse_args()
     scenarios = [s for s in args.scenarios.split(",") if s]
     unknown = [s for s in scenarios if s not in SCENARIOS]
@@ -580,6 +586,7 @@ def main() -> int:
                             free_port(),
                             f"{candidate}-{scenario}-{n}-{uuid.uuid4().hex[:6]}",
                             args.path,
+                            args.lease_ttl,
                         )
                         row = run_case(case, pool, start)
                         rows.append(row)

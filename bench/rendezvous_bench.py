@@ -238,10 +238,14 @@ def _ours(case: Case, nodes: list[str], ready: Connection, start: Any) -> list[N
                 results.append(NodeResult(time.time(), None, c.requests - b, 0, repr(d)))
             else:
                 results.append(NodeResult(d[0], d[1], c.requests - b, c.failed_txns, None, d[2]))
-        await drain(5.0)
-        for lease in leases:
-            await lease.stop()
-        await asyncio.gather(*(c.close() for c in clients))
+        try:
+            async with asyncio.timeout(60):
+                await drain(5.0)
+                for lease in leases:
+                    await lease.stop()
+                await asyncio.gather(*(c.close() for c in clients))
+        except TimeoutError:
+            print(f"[pid {os.getpid()}] closing the clients took > 60 s", file=sys.stderr)
         return results
 
     return asyncio.run(main())
@@ -562,6 +566,27 @@ def run_case(case: Case, pool: list[tuple[Any, Connection]], start: Any) -> Row:
     )
 
 
+def _spawn(ctx: Any, workers: int, start: Any) -> list[tuple[Any, Connection]]:
+    pool = []
+    for _ in range(workers):
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=worker, args=(child, start), daemon=True)
+        proc.start()
+        pool.append((proc, parent))
+    return pool
+
+
+def _stop(pool: list[tuple[Any, Connection]]) -> None:
+    for _, conn in pool:
+        with contextlib.suppress(OSError):
+            conn.send(None)
+    for proc, _ in pool:
+        proc.join(5)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(5)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="64", help="N for every candidate")
@@ -594,12 +619,7 @@ def main() -> int:
 
     ctx = mp.get_context("spawn")
     start = ctx.Event()
-    pool = []
-    for _ in range(args.workers):
-        parent, child = ctx.Pipe()
-        proc = ctx.Process(target=worker, args=(child, start), daemon=True)
-        proc.start()
-        pool.append((proc, parent))
+    pool: list[tuple[Any, Connection]] = []
     etcd = Etcd()
     ETCD_PID[0] = etcd.proc.pid
     rows: list[Row] = []
@@ -621,6 +641,11 @@ def main() -> int:
                             args.path,
                             args.lease_ttl,
                         )
+                        # Fresh worker processes for every case: grpc's asyncio layer is bound
+                        # to one event loop per process, and a case must not inherit the last
+                        # one's (its late callbacks hit a closed loop and can wedge new calls).
+                        _stop(pool)
+                        pool = _spawn(ctx, args.workers, start)
                         row = run_case(case, pool, start)
                         rows.append(row)
                         print(_format(row), flush=True)
@@ -629,12 +654,7 @@ def main() -> int:
         print(f"HUNG: {exc}", flush=True)
     finally:
         etcd.close()
-        for proc, conn in pool:
-            with contextlib.suppress(OSError):
-                conn.send(None)
-            proc.join(5)
-            if proc.is_alive():
-                proc.kill()
+        _stop(pool)
     print()
     print(_table(rows, args.repeat))
     return 3 if hung else 0

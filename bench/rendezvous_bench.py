@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import faulthandler
 import multiprocessing as mp
 import os
 import resource
@@ -64,6 +65,7 @@ from elasticjob_agent.etcd.client import EtcdClient
 from elasticjob_agent.etcd.session import LeaseKeeper
 from elasticjob_agent.protocol.keys import JobKeys
 from elasticjob_agent.rendezvous.backend import create_backend
+from elasticjob_agent.rendezvous.deadline import drain
 from elasticjob_agent.rendezvous.executor import Executor, Outcome
 from elasticjob_agent.rendezvous.kv import AsyncEtcdStore
 from elasticjob_agent.rendezvous.role_info import RankAssignment, RoleInfo
@@ -106,6 +108,7 @@ class Case:
     tcp_port: int
     run_id: str
     path: str = "agent"
+    lease_ttl: int = 10
 
     @property
     def min_nodes(self) -> int:
@@ -127,6 +130,8 @@ class NodeResult:
     requests: int
     failed_cas: int
     error: str | None = None
+    rendezvous_at: float | None = None
+    """When ``next_rendezvous()`` returned (ours), before the rest of the agent's path."""
 
 
 # --- worker side -------------------------------------------------------------------------
@@ -149,12 +154,32 @@ def _environment(run_id: str, outcome: Outcome, assignment: RankAssignment) -> d
     return worker_env(ctx, 0, {}, AgentKnobs())
 
 
+async def _dump_tasks_after(seconds: float) -> None:
+    """Print the await chain of every task (counted) to stderr after ``seconds``."""
+    await asyncio.sleep(seconds)
+    chains: dict[str, int] = {}
+    for task in asyncio.all_tasks():
+        parts = []
+        coro: Any = task.get_coro()
+        while coro is not None:
+            frame = getattr(coro, "cr_frame", None)
+            if frame is None:
+                parts.append(type(coro).__name__)
+                break
+            parts.append(f"{frame.f_code.co_name}:{frame.f_lineno}")
+            coro = getattr(coro, "cr_await", None)
+        chain = " > ".join(parts)
+        chains[chain] = chains.get(chain, 0) + 1
+    for chain, count in sorted(chains.items(), key=lambda kv: -kv[1]):
+        print(f"[pid {os.getpid()}] {count:5d} {chain}", file=sys.stderr, flush=True)
+
+
 def _ours(case: Case, nodes: list[str], ready: Connection, start: Any) -> list[NodeResult]:
     keys = RendezvousKeys.of(JobKeys("/bench", case.run_id))
 
     async def main() -> list[NodeResult]:
         clients = [EtcdClient(case.endpoint, request_timeout=60) for _ in nodes]
-        leases = [LeaseKeeper(c, 10) for c in clients]
+        leases = [LeaseKeeper(c, case.lease_ttl) for c in clients]
         # Connected (watch stream open) and holding a lease before the start signal, like an
         # agent that is up.
         await asyncio.gather(*(c.prepare() for c in clients))
@@ -167,7 +192,7 @@ def _ours(case: Case, nodes: list[str], ready: Connection, start: Any) -> list[N
         ready.send("ready")
         await asyncio.get_running_loop().run_in_executor(None, _wait_start, start)
 
-        async def one(ex: Executor) -> tuple[float, float | None]:
+        async def one(ex: Executor) -> tuple[float, float | None, float]:
             now = time.time()
             ctx = Context(
                 min_nodes=case.min_nodes,
@@ -177,6 +202,7 @@ def _ours(case: Case, nodes: list[str], ready: Connection, start: Any) -> list[N
                 recheck_interval=5.0,
             )
             outcome = await ex.next_rendezvous(ctx, 0)
+            returned = time.time()
             if outcome.master_addr != "127.0.0.1":
                 raise RuntimeError(f"unexpected master {outcome.master_addr}")
             if case.path == "agent":
@@ -196,18 +222,25 @@ def _ours(case: Case, nodes: list[str], ready: Connection, start: Any) -> list[N
                 env = _environment(case.run_id, outcome, assignment)
                 if env["RANK"] != str(outcome.rank * NPROC):
                     raise RuntimeError(f"wrong RANK {env['RANK']} for node rank {outcome.rank}")
-            return time.time(), ex.joined_at
+            return time.time(), ex.joined_at, returned
 
+        watchdog = asyncio.ensure_future(_dump_tasks_after(CASE_TIMEOUT + HANG_MARGIN / 4))
         done = await asyncio.gather(*(one(ex) for ex in executors), return_exceptions=True)
+        watchdog.cancel()
         results = []
         for d, c, b in zip(done, clients, before, strict=True):
             if isinstance(d, BaseException):
                 results.append(NodeResult(time.time(), None, c.requests - b, 0, repr(d)))
             else:
-                results.append(NodeResult(d[0], d[1], c.requests - b, c.failed_txns))
-        for lease in leases:
-            await lease.stop()
-        await asyncio.gather(*(c.close() for c in clients))
+                results.append(NodeResult(d[0], d[1], c.requests - b, c.failed_txns, None, d[2]))
+        try:
+            async with asyncio.timeout(60):
+                await drain(5.0)
+                for lease in leases:
+                    await lease.stop()
+                await asyncio.gather(*(c.close() for c in clients))
+        except TimeoutError:
+            print(f"[pid {os.getpid()}] closing the clients took > 60 s", file=sys.stderr)
         return results
 
     return asyncio.run(main())
@@ -369,6 +402,8 @@ def worker(conn: Connection, start: Any) -> None:
             return
         case, nodes = msg
         fn = _ours if case.candidate == "ours" else _torch
+        # A hung case says where: every thread's stack, and (ours) every task's await chain.
+        faulthandler.dump_traceback_later(CASE_TIMEOUT + HANG_MARGIN / 2)
         try:
             results = fn(case, nodes, conn, start)
             if case.candidate == "ours":
@@ -378,6 +413,7 @@ def worker(conn: Connection, start: Any) -> None:
             conn.send("ready")
             conn.send(([NodeResult(time.time(), None, 0, 0, repr(exc)) for _ in nodes], 0.0))
             conn.recv()
+        faulthandler.cancel_dump_traceback_later()
         conn.send("clean")
 
 
@@ -438,6 +474,8 @@ class Row:
     failed_cas: int
     errors: int
     first_error: str | None
+    rendezvous: float | None
+    """Start signal to the last node's return from ``next_rendezvous()`` (ours)."""
     client_cpu: float
     """CPU seconds of the worker processes from the start signal to their last node."""
     server_cpu: float
@@ -508,8 +546,10 @@ def run_case(case: Case, pool: list[tuple[Any, Connection]], start: Any) -> Row:
     errors = [r.error for r in results if r.error]
     joined = [r.joined_at for r in results if r.joined_at is not None]
     last = max(r.done_at for r in results)
+    returned = [r.rendezvous_at for r in results if r.rendezvous_at is not None]
     return Row(
         case=case,
+        rendezvous=(max(returned) - t0) if returned else None,
         total=last - t0,
         after_last_join=(last - max(joined)) if joined else None,
         requests_per_node=sum(r.requests for r in results) / len(results),
@@ -521,6 +561,27 @@ def run_case(case: Case, pool: list[tuple[Any, Connection]], start: Any) -> Row:
     )
 
 
+def _spawn(ctx: Any, workers: int, start: Any) -> list[tuple[Any, Connection]]:
+    pool = []
+    for _ in range(workers):
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=worker, args=(child, start), daemon=True)
+        proc.start()
+        pool.append((proc, parent))
+    return pool
+
+
+def _stop(pool: list[tuple[Any, Connection]]) -> None:
+    for _, conn in pool:
+        with contextlib.suppress(OSError):
+            conn.send(None)
+    for proc, _ in pool:
+        proc.join(5)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(5)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="64", help="N for every candidate")
@@ -530,6 +591,9 @@ def main() -> int:
     parser.add_argument("--path", default="agent", choices=PATHS)
     parser.add_argument("--repeat", type=int, default=1, help="runs of every case")
     parser.add_argument("--workers", type=int, default=4, help="worker processes")
+    parser.add_argument(
+        "--lease-ttl", type=int, default=10, help="ours: lease TTL (s), the agent's heartbeat"
+    )
     args = parser.parse_args()
     scenarios = [s for s in args.scenarios.split(",") if s]
     unknown = [s for s in scenarios if s not in SCENARIOS]
@@ -550,12 +614,7 @@ def main() -> int:
 
     ctx = mp.get_context("spawn")
     start = ctx.Event()
-    pool = []
-    for _ in range(args.workers):
-        parent, child = ctx.Pipe()
-        proc = ctx.Process(target=worker, args=(child, start), daemon=True)
-        proc.start()
-        pool.append((proc, parent))
+    pool: list[tuple[Any, Connection]] = []
     etcd = Etcd()
     ETCD_PID[0] = etcd.proc.pid
     rows: list[Row] = []
@@ -575,7 +634,13 @@ def main() -> int:
                             free_port(),
                             f"{candidate}-{scenario}-{n}-{uuid.uuid4().hex[:6]}",
                             args.path,
+                            args.lease_ttl,
                         )
+                        # Fresh worker processes for every case: grpc's asyncio layer is bound
+                        # to one event loop per process, and a case must not inherit the last
+                        # one's (its late callbacks hit a closed loop and can wedge new calls).
+                        _stop(pool)
+                        pool = _spawn(ctx, args.workers, start)
                         row = run_case(case, pool, start)
                         rows.append(row)
                         print(_format(row), flush=True)
@@ -584,12 +649,7 @@ def main() -> int:
         print(f"HUNG: {exc}", flush=True)
     finally:
         etcd.close()
-        for proc, conn in pool:
-            with contextlib.suppress(OSError):
-                conn.send(None)
-            proc.join(5)
-            if proc.is_alive():
-                proc.kill()
+        _stop(pool)
     print()
     print(_table(rows, args.repeat))
     return 3 if hung else 0
@@ -598,9 +658,10 @@ def main() -> int:
 def _format(row: Row) -> str:
     c = row.case
     alj = f"{row.after_last_join:.3f}" if row.after_last_join is not None else "-"
+    rdzv = f"{row.rendezvous:.3f}" if row.rendezvous is not None else "-"
     err = f" errors={row.errors} ({row.first_error})" if row.errors else ""
     return (
-        f"{c.candidate:14s} {c.scenario:10s} N={c.n:5d} total={row.total:7.3f}s "
+        f"{c.candidate:14s} {c.scenario:10s} N={c.n:5d} total={row.total:7.3f}s rdzv={rdzv} "
         f"after-last-join={alj} req/node={row.requests_per_node:6.1f} "
         f"failed-cas={row.failed_cas} cpu(clients)={row.client_cpu:.2f}s "
         f"cpu(server)={row.server_cpu:.2f}s cpu/node={row.cpu_per_node * 1000:.2f}ms{err}"
@@ -616,9 +677,10 @@ def _median(values: list[float]) -> float:
 def _table(rows: list[Row], repeat: int) -> str:
     """One line per case (medians when repeated; min-max of the totals in brackets)."""
     lines = [
-        "| scenario | N | candidate | runs | total (s) | last join -> last env (s) "
-        "| requests/node | failed CAS | errors | CPU ms/node | torch / ours |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| scenario | N | candidate | runs | total (s) | of which rendezvous (s) "
+        "| last join -> last env (s) | requests/node | failed CAS | errors | CPU ms/node "
+        "| torch / ours |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     groups: dict[tuple[str, int, str], list[Row]] = {}
     for r in rows:
@@ -635,10 +697,12 @@ def _table(rows: list[Row], repeat: int) -> str:
         )
         joins = [r.after_last_join for r in rs if r.after_last_join is not None]
         alj = f"{_median(joins):.3f}" if joins else "-"
+        rdzvs = [r.rendezvous for r in rs if r.rendezvous is not None]
+        rdzv = f"{_median(rdzvs):.3f}" if rdzvs else "-"
         base = ours.get((scenario, n))
         ratio = f"{total / base:.1f}x" if base and candidate != "ours" else ""
         lines.append(
-            f"| {scenario} | {n} | {candidate} | {len(rs)} | {total:.3f}{spread} | {alj} "
+            f"| {scenario} | {n} | {candidate} | {len(rs)} | {total:.3f}{spread} | {rdzv} | {alj} "
             f"| {_median([r.requests_per_node for r in rs]):.1f} "
             f"| {sum(r.failed_cas for r in rs)} | {sum(r.errors for r in rs)} "
             f"| {_median([r.cpu_per_node for r in rs]) * 1000:.2f} | {ratio} |"

@@ -102,3 +102,12 @@ def detach(timer: Timer, within: float, cleanup: Awaitable[Any]) -> None:
     task = asyncio.ensure_future(bounded())
     _BACKGROUND.add(task)
     task.add_done_callback(_BACKGROUND.discard)
+
+
+async def drain(within: float) -> None:
+    """Wait up to ``within`` seconds (loop clock) for the background cleanups of this loop, so
+    that closing the loop right after leaves no call half done."""
+    loop = asyncio.get_running_loop()
+    mine = {t for t in _BACKGROUND if t.get_loop() is loop}
+    if mine:
+        await asyncio.wait(mine, timeout=within)

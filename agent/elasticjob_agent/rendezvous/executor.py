@@ -125,11 +125,13 @@ class Executor:
         while True:
             # A backstop: requests carry their own deadline and waits end at theirs (never
             # after ``deadline``), so this bound only ends an attempt that nothing else would.
-            bound = (self.clock() if deadline is None else deadline) + self.etcd_timeout
+            # (On the loop's clock: it costs no task, and no test moves it.)
+            left = max(0.0, (deadline - self.clock()) if deadline is not None else 0.0)
             try:
                 try:
-                    return await until(self._timer, bound, op())
-                except DeadlineReached:
+                    async with asyncio.timeout(left + self.etcd_timeout):
+                        return await op()
+                except TimeoutError:
                     raise RendezvousConnectionError(
                         f"etcd did not answer within {self.etcd_timeout:g}s"
                     ) from None

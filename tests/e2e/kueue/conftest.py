@@ -193,7 +193,12 @@ def kueue_operator(
         "--show-only", "templates/rbac.yaml", "--show-only", "templates/serviceaccount.yaml",
     ).stdout  # fmt: skip
     cluster.kubectl("apply", "-f", "-", input=rendered)
-    proc = OperatorProcess(_sa_kubeconfig(cluster, work / "operator.kubeconfig"), POOL, work)
+    proc = OperatorProcess(
+        _sa_kubeconfig(cluster, work / "operator.kubeconfig"),
+        POOL,
+        work,
+        lease=(SYSTEM_NS, SERVICE_ACCOUNT),  # this release's Lease, the one its Role names
+    )
     proc.start()
     try:
         yield proc

@@ -54,10 +54,19 @@ def free_port() -> int:
 class OperatorProcess:
     """``elasticjob-operator`` as a child process, restartable and killable like a pod."""
 
-    def __init__(self, kubeconfig: Path, namespaces: list[str], log_dir: Path) -> None:
+    def __init__(
+        self,
+        kubeconfig: Path,
+        namespaces: list[str],
+        log_dir: Path,
+        lease: tuple[str, str] = (SYSTEM_NS, SERVICE_ACCOUNT),
+    ) -> None:
+        """``lease`` is the (namespace, name) of the leader-election Lease: the one the chart's
+        RBAC lets this release's ServiceAccount use."""
         self.kubeconfig = kubeconfig
         self.namespaces = namespaces
         self.log_dir = log_dir
+        self.lease = lease
         self.metrics_port = free_port()
         self.health_port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
@@ -76,8 +85,8 @@ class OperatorProcess:
             "ELASTICJOB_HEALTH_PORT": str(self.health_port),
             "PYTHONUNBUFFERED": "1",
             # The chart's Lease (its Role allows this name only), with short timings for tests.
-            "ELASTICJOB_LEASE_NAMESPACE": SYSTEM_NS,
-            "ELASTICJOB_LEASE_NAME": SERVICE_ACCOUNT,
+            "ELASTICJOB_LEASE_NAMESPACE": self.lease[0],
+            "ELASTICJOB_LEASE_NAME": self.lease[1],
             "ELASTICJOB_LEASE_DURATION_SECONDS": "6",
             "ELASTICJOB_LEASE_RENEW_DEADLINE_SECONDS": "4",
             "ELASTICJOB_LEASE_RETRY_PERIOD_SECONDS": "1",

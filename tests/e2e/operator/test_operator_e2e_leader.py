@@ -96,7 +96,7 @@ def second(
     cluster: LocalCluster, operator: OperatorProcess, tmp_path: Path
 ) -> Iterator[OperatorProcess]:
     """A second operator on the same Lease, watching the same namespaces."""
-    other = OperatorProcess(operator.kubeconfig, operator.namespaces, tmp_path)
+    other = OperatorProcess(operator.kubeconfig, operator.namespaces, tmp_path, operator.lease)
     other.start()  # healthy while standing by
     yield other
     other.kill(signal.SIGTERM)

@@ -150,7 +150,7 @@ def job_manifest(name: str, *, steps: int = 40, nproc: int = 2) -> dict[str, Any
             "nprocPerNode": nproc,
             "maxRestarts": 3,
             "stallTimeoutSeconds": 180,
-            "rendezvous": {"lastCallTimeoutSeconds": 2, "heartbeatSeconds": 3},
+            "rendezvous": {"lastCallTimeoutSeconds": 2},
             "template": {
                 "spec": {
                     "nodeSelector": {REAL_NODE_LABEL: "true"},
@@ -172,7 +172,7 @@ def job_manifest(name: str, *, steps: int = 40, nproc: int = 2) -> dict[str, Any
                                 "--checkpoint-dir",
                                 "/ckpt",
                             ],
-                            "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
+                            "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}},
                             "securityContext": RESTRICTED_CONTAINER,
                             "volumeMounts": [{"name": "ckpt", "mountPath": "/ckpt"}],
                         }
@@ -243,6 +243,24 @@ def pods(cluster: LocalCluster, ns: str, role: str = "worker") -> list[dict[str,
 
 def worker_logs(cluster: LocalCluster, ns: str) -> str:
     return "".join(cluster.pod_logs(ns, p["metadata"]["name"]) for p in pods(cluster, ns))
+
+
+def diagnostics(cluster: LocalCluster, ns: str, name: str) -> str:
+    """The job's Events and every worker's agent event lines, for a failure message."""
+    events = cluster.kubectl(
+        "get", "events", "-n", ns, "--field-selector", f"involvedObject.name={name}",
+        "-o", "custom-columns=REASON:.reason,MESSAGE:.message", check=False,
+    ).stdout  # fmt: skip
+    logs = "".join(
+        f"\n--- {p['metadata']['name']}:\n"
+        + "\n".join(
+            line
+            for line in cluster.pod_logs(ns, p["metadata"]["name"]).splitlines()
+            if "elasticjob-agent" in line or "Error" in line or "resumed" in line
+        )
+        for p in pods(cluster, ns)
+    )
+    return f"events:\n{events}{logs}"
 
 
 def wait_checkpoint(cluster: LocalCluster, ns: str, step: int = 10) -> None:

@@ -144,7 +144,10 @@ def job_manifest(name: str, *, steps: int = 40, nproc: int = 2) -> dict[str, Any
         "metadata": {"name": name},
         "spec": {
             "replicas": 2,
-            "minNodes": 1,
+            # minNodes = replicas: the survivors of a lost pod wait for its replacement instead of
+            # forming a smaller round first (which would add a `membership` restart when the
+            # replacement joins, depending on how fast its pod starts).
+            "minNodes": 2,
             "maxNodes": 2,
             "device": "cpu",
             "nprocPerNode": nproc,

@@ -154,6 +154,9 @@ def job_manifest(name: str, *, steps: int = 40, nproc: int = 2) -> dict[str, Any
             "maxRestarts": 3,
             "stallTimeoutSeconds": 180,
             "rendezvous": {"lastCallTimeoutSeconds": 2},
+            # Without requests the managed etcd is BestEffort (the smallest CPU share): on two
+            # loaded cores it then stalls for seconds, leases lapse and restarts are miscounted.
+            "etcd": {"resources": {"requests": {"cpu": "250m", "memory": "128Mi"}}},
             "template": {
                 "spec": {
                     "nodeSelector": {REAL_NODE_LABEL: "true"},

@@ -1,0 +1,280 @@
+"""Fixtures of the operator's end-to-end tests on real nodes (kubelet, containerd, runc).
+
+The operator runs from its image (``ghcr.io/elasticjob/elasticjob-operator:0.1.0``), installed by
+``helm install`` of the chart with default values, except what this cluster needs: the namespace
+to watch, and a nodeSelector and toleration for the real nodes (virtual nodes share the session
+cluster; real nodes are tainted ``elasticjob.dev/real-node=true:NoSchedule``). The operator and the
+jobs live in two namespaces labelled ``pod-security.kubernetes.io/enforce=restricted``.
+
+The managed etcd pod has no placement of its own (no nodeSelector, no tolerations: the operator
+builds it from nothing the user can set), so in a cluster where the real nodes are tainted it would
+land on a virtual node, which real pods cannot reach. :func:`real_only_scheduling` therefore
+cordons the virtual nodes and lifts the real nodes' taint while the job tests run, and restores
+both afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from elasticjob_localcluster import LocalCluster
+from elasticjob_localcluster.realnodes.layout import REAL_NODE_LABEL, REAL_NODE_TAINT_KEY
+from elasticjob_localcluster.testing import TRAINING_IMAGE
+
+REPO = Path(__file__).resolve().parents[3]
+CHART = REPO / "charts" / "elasticjob-operator"
+OPERATOR_IMAGE = "ghcr.io/elasticjob/elasticjob-operator:0.1.0"
+RESTRICTED = "pod-security.kubernetes.io/enforce=restricted"
+
+pytestmark = pytest.mark.e2e
+
+
+@dataclass(frozen=True)
+class Release:
+    """The chart's release: its name, the operator's namespace and the namespace it watches."""
+
+    name: str
+    system: str
+    work: str
+
+
+def _restricted_namespace(cluster: LocalCluster, name: str) -> None:
+    cluster.kubectl("create", "namespace", name)
+    cluster.kubectl("label", "namespace", name, RESTRICTED)
+
+
+@pytest.fixture(scope="module")
+def release(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Release]:
+    """The operator installed by ``helm install --wait`` (default values but the watched
+    namespace and the real-node placement) in a ``restricted`` namespace; uninstalled after."""
+    if len(cluster.real_nodes) < 2:
+        pytest.fail(
+            f"these tests need 2 real nodes; cluster {cluster.config.name!r} has "
+            f"{sorted(cluster.real_nodes)}: set ELASTICJOB_E2E_REAL_NODES=2 (the default)"
+        )
+    suffix = uuid.uuid4().hex[:6]
+    rel = Release(name=f"ejr{suffix}", system=f"ejrsys-{suffix}", work=f"ejrwork-{suffix}")
+    _restricted_namespace(cluster, rel.system)
+    _restricted_namespace(cluster, rel.work)
+    # Default values but for what this cluster needs: the watched namespace, real-node placement.
+    values = tmp_path_factory.mktemp("chart") / "values.yaml"
+    values.write_text(
+        json.dumps(
+            {
+                "watchNamespaces": [rel.work],
+                "nodeSelector": {REAL_NODE_LABEL: "true"},
+                "tolerations": [
+                    {"key": REAL_NODE_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
+                ],
+            }
+        )
+    )
+    try:
+        cluster.helm(
+            "install", rel.name, str(CHART), "--namespace", rel.system,
+            "--values", str(values), "--wait", "--timeout", "5m",
+        )  # fmt: skip
+        yield rel
+    finally:
+        cluster.kubectl("delete", "ej", "--all", "-n", rel.work, "--wait=false", check=False)
+        cluster.helm("uninstall", rel.name, "--namespace", rel.system, "--wait", check=False)
+        cluster.kubectl("delete", "namespace", rel.work, rel.system, "--wait=false", check=False)
+
+
+@pytest.fixture(scope="module")
+def real_only_scheduling(cluster: LocalCluster, release: Release) -> Iterator[None]:
+    """While the job tests run: virtual nodes cordoned, real nodes untainted (see the module
+    docstring: the managed etcd pod cannot be placed); both restored afterwards."""
+    tainted = [
+        name
+        for name in cluster.real_nodes
+        if any(
+            t.get("key") == REAL_NODE_TAINT_KEY
+            for t in cluster.get_json("node", name).get("spec", {}).get("taints") or []
+        )
+    ]
+    try:
+        for node in cluster.virtual_nodes:
+            cluster.kubectl("cordon", node)
+        for node in tainted:
+            cluster.kubectl("taint", "node", node, f"{REAL_NODE_TAINT_KEY}:NoSchedule-")
+        yield
+    finally:
+        for node in tainted:
+            cluster.kubectl(
+                "taint", "node", node, f"{REAL_NODE_TAINT_KEY}=true:NoSchedule", "--overwrite",
+                check=False,
+            )  # fmt: skip
+        for node in cluster.virtual_nodes:
+            cluster.kubectl("uncordon", node, check=False)
+
+
+@pytest.fixture
+def work(cluster: LocalCluster, release: Release, real_only_scheduling: None) -> Iterator[str]:
+    """The watched namespace, with every job deleted after each test."""
+    yield release.work
+    cluster.kubectl("delete", "ej", "--all", "-n", release.work, "--wait=true", check=False)
+
+
+# -- helpers -------------------------------------------------------------------------------------
+
+#: Everything the `restricted` PodSecurity profile asks of a container (the image runs as 10001).
+RESTRICTED_CONTAINER = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "runAsNonRoot": True,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+def job_manifest(name: str, *, steps: int = 40, nproc: int = 2) -> dict[str, Any]:
+    """2 nodes x ``nproc`` CPU processes of the training image's train.py, on real nodes, fit
+    for a ``restricted`` namespace (checkpoints on an emptyDir: rank 0's step wins on resume)."""
+    return {
+        "apiVersion": "elasticjob.dev/v1alpha1",
+        "kind": "ElasticJob",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": 2,
+            # minNodes = replicas: the survivors of a lost pod wait for its replacement instead of
+            # forming a smaller round first (which would add a `membership` restart when the
+            # replacement joins, depending on how fast its pod starts).
+            "minNodes": 2,
+            "maxNodes": 2,
+            "device": "cpu",
+            "nprocPerNode": nproc,
+            "maxRestarts": 3,
+            "stallTimeoutSeconds": 180,
+            "rendezvous": {"lastCallTimeoutSeconds": 2},
+            # Without requests the managed etcd is BestEffort (the smallest CPU share): on two
+            # loaded cores it then stalls for seconds, leases lapse and restarts are miscounted.
+            "etcd": {"resources": {"requests": {"cpu": "250m", "memory": "128Mi"}}},
+            "template": {
+                "spec": {
+                    "nodeSelector": {REAL_NODE_LABEL: "true"},
+                    "tolerations": [{"key": REAL_NODE_TAINT_KEY, "operator": "Exists"}],
+                    "containers": [
+                        {
+                            "name": "trainer",
+                            "image": TRAINING_IMAGE,
+                            "imagePullPolicy": "IfNotPresent",
+                            # The image's WORKDIR is /workspace, holding train.py.
+                            "command": ["python", "train.py"],
+                            "args": [
+                                "--steps",
+                                str(steps),
+                                "--step-sleep",
+                                "0.2",
+                                "--checkpoint-every",
+                                "5",
+                                "--checkpoint-dir",
+                                "/ckpt",
+                            ],
+                            "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}},
+                            "securityContext": RESTRICTED_CONTAINER,
+                            "volumeMounts": [{"name": "ckpt", "mountPath": "/ckpt"}],
+                        }
+                    ],
+                    "volumes": [{"name": "ckpt", "emptyDir": {}}],
+                }
+            },
+        },
+    }
+
+
+def apply_job(cluster: LocalCluster, ns: str, manifest: dict[str, Any]) -> None:
+    cluster.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(manifest))
+
+
+def get_job(cluster: LocalCluster, ns: str, name: str) -> dict[str, Any]:
+    return dict(json.loads(cluster.kubectl("get", "ej", name, "-n", ns, "-o", "json").stdout))
+
+
+def wait_job(
+    cluster: LocalCluster,
+    ns: str,
+    name: str,
+    what: str,
+    predicate: Callable[[dict[str, Any]], bool],
+    *,
+    timeout: float = 300,
+) -> dict[str, Any]:
+    """Poll the job until ``predicate(job)``; fail with its last status and its pods otherwise."""
+    deadline = time.monotonic() + timeout
+    job: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        job = get_job(cluster, ns, name)
+        if predicate(job):
+            return job
+        time.sleep(1)
+    listing = cluster.kubectl("get", "pods", "-n", ns, "-o", "wide", check=False).stdout
+    logs = "".join(
+        f"\n--- {p['metadata']['name']} (last 30 lines):\n"
+        + "\n".join(cluster.pod_logs(ns, p["metadata"]["name"]).splitlines()[-30:])
+        for p in pods(cluster, ns)
+    )
+    raise AssertionError(
+        f"{ns}/{name}: not {what} after {timeout} s; status:\n"
+        + json.dumps(job.get("status"), indent=1)
+        + f"\npods:\n{listing}{logs}"
+    )
+
+
+def phase(job: dict[str, Any]) -> str:
+    return str((job.get("status") or {}).get("phase", ""))
+
+
+def ready_nodes(job: dict[str, Any]) -> int:
+    return int((job.get("status") or {}).get("readyNodes") or 0)
+
+
+def by_reason(job: dict[str, Any]) -> dict[str, int]:
+    return dict(((job.get("status") or {}).get("restarts") or {}).get("byReason") or {})
+
+
+def pods(cluster: LocalCluster, ns: str, role: str = "worker") -> list[dict[str, Any]]:
+    out = cluster.kubectl(
+        "get", "pods", "-n", ns, "-l", f"elasticjob.dev/role={role}", "-o", "json"
+    ).stdout
+    return list(json.loads(out)["items"])
+
+
+def worker_logs(cluster: LocalCluster, ns: str) -> str:
+    return "".join(cluster.pod_logs(ns, p["metadata"]["name"]) for p in pods(cluster, ns))
+
+
+def diagnostics(cluster: LocalCluster, ns: str, name: str) -> str:
+    """The job's Events and every worker's agent event lines, for a failure message."""
+    events = cluster.kubectl(
+        "get", "events", "-n", ns, "--field-selector", f"involvedObject.name={name}",
+        "-o", "custom-columns=REASON:.reason,MESSAGE:.message", check=False,
+    ).stdout  # fmt: skip
+    logs = "".join(
+        f"\n--- {p['metadata']['name']}:\n"
+        + "\n".join(
+            line
+            for line in cluster.pod_logs(ns, p["metadata"]["name"]).splitlines()
+            if "elasticjob-agent" in line or "Error" in line or "resumed" in line
+        )
+        for p in pods(cluster, ns)
+    )
+    return f"events:\n{events}{logs}"
+
+
+def wait_checkpoint(cluster: LocalCluster, ns: str, step: int = 10) -> None:
+    """Until rank 0 (on whichever pod) wrote a checkpoint at ``step`` or later."""
+    pattern = re.compile(r"checkpoint step=(\d+)")
+    cluster.wait_for(
+        f"a checkpoint at step {step} in {ns}",
+        lambda: any(int(m.group(1)) >= step for m in pattern.finditer(worker_logs(cluster, ns))),
+        timeout=240,
+        interval=1,
+    )

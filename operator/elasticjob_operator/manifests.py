@@ -31,6 +31,8 @@ ETCD_UID = 65532
 """The managed etcd runs as this unprivileged user (the etcd image works as any uid)."""
 WORKER_GRACE_SECONDS = 60
 """A worker pod's grace period unless the template sets one (the agent's shutdown fits in it)."""
+ETCD_DEFAULT_RESOURCES = {"requests": {"cpu": "100m", "memory": "128Mi"}}
+"""The managed etcd's resources unless ``spec.etcd.resources`` sets them."""
 SHM_VOLUME = "elasticjob-shm"
 SHM_PATH = "/dev/shm"
 
@@ -229,6 +231,21 @@ def build_worker_pod(job: JobRef, spec: JobSpec, index: int, attempt: int) -> di
     }
 
 
+def _placement(spec: JobSpec) -> dict[str, Any]:
+    """Where the managed etcd may run: where the job's workers may (their template's node
+    selector, tolerations and node affinity), so it is reachable from them and schedulable on
+    clusters whose training nodes are tainted or set apart."""
+    template_spec = spec.template.get("spec") or {}
+    placement: dict[str, Any] = {}
+    for key in ("nodeSelector", "tolerations"):
+        if template_spec.get(key):
+            placement[key] = copy.deepcopy(template_spec[key])
+    node_affinity = (template_spec.get("affinity") or {}).get("nodeAffinity")
+    if node_affinity:
+        placement["affinity"] = {"nodeAffinity": copy.deepcopy(node_affinity)}
+    return placement
+
+
 def build_etcd_pod(job: JobRef, spec: JobSpec, generation: int) -> dict[str, Any]:
     """The managed single-member etcd of a job; a new generation starts with empty data."""
     name = names.etcd_pod_name(job.name, generation)
@@ -286,8 +303,9 @@ def build_etcd_pod(job: JobRef, spec: JobSpec, generation: int) -> dict[str, Any
             "failureThreshold": 3,
         },
     }
-    if spec.etcd.resources:
-        container["resources"] = copy.deepcopy(dict(spec.etcd.resources))
+    # Requests by default: a BestEffort etcd is the first to starve on a busy node, and a stalled
+    # etcd lets leases lapse, which the agents must then count as lost members.
+    container["resources"] = copy.deepcopy(dict(spec.etcd.resources or ETCD_DEFAULT_RESOURCES))
     # The `restricted` PodSecurity profile: etcd needs no privilege, root or writable image.
     container["securityContext"] = {
         "allowPrivilegeEscalation": False,
@@ -307,6 +325,7 @@ def build_etcd_pod(job: JobRef, spec: JobSpec, generation: int) -> dict[str, Any
             "ownerReferences": [job.owner_reference()],
         },
         "spec": {
+            **_placement(spec),
             "restartPolicy": "Never",
             "securityContext": {
                 "runAsNonRoot": True,

@@ -217,3 +217,39 @@ def test_the_managed_etcd_pod_fits_the_restricted_pod_security_profile(tls: bool
     volume_kinds = {k for v in pod["spec"]["volumes"] for k in v if k != "name"}
     assert volume_kinds <= {"emptyDir", "secret", "configMap", "projected", "downwardAPI"}
     assert "hostNetwork" not in pod["spec"] and "hostPID" not in pod["spec"]
+
+
+def test_the_managed_etcd_runs_where_the_workers_may_run() -> None:
+    raw = raw_spec()
+    toleration = {"key": "gpu-pool", "operator": "Exists", "effect": "NoSchedule"}
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+                ]
+            }
+        },
+        "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []},
+    }
+    raw["template"]["spec"].update(
+        nodeSelector={"pool": "train"}, tolerations=[toleration], affinity=affinity
+    )
+    pod = build_etcd_pod(JOB, parse_spec(raw), generation=0)
+    assert pod["spec"]["nodeSelector"] == {"pool": "train"}
+    assert pod["spec"]["tolerations"] == [toleration]
+    # Node affinity only: the workers' pod (anti-)affinity rules are about workers.
+    assert pod["spec"]["affinity"] == {"nodeAffinity": affinity["nodeAffinity"]}
+
+    plain = build_etcd_pod(JOB, job_spec(), generation=0)
+    assert not {"nodeSelector", "tolerations", "affinity"} & set(plain["spec"])
+
+
+def test_the_managed_etcd_has_requests_unless_the_spec_sets_its_resources() -> None:
+    (container,) = build_etcd_pod(JOB, job_spec(), generation=0)["spec"]["containers"]
+    assert container["resources"]["requests"] == {"cpu": "100m", "memory": "128Mi"}
+    mine = {"requests": {"cpu": "1"}, "limits": {"memory": "1Gi"}}
+    (container,) = build_etcd_pod(JOB, job_spec(etcd={"resources": mine}), generation=0)["spec"][
+        "containers"
+    ]
+    assert container["resources"] == mine

@@ -28,6 +28,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -185,6 +186,10 @@ class EtcdServer:
         self.host = "127.0.0.1"
         self.port = free_port()
         self.peer_port = free_port()
+        # A name of its own: the start check accepts only this server, never another test
+        # session's etcd that took the same (briefly free) port first.
+        self.member_name = f"ejtest-{uuid.uuid4().hex[:12]}"
+        self._started = False
         self.base_dir = base_dir
         self.data_dir = base_dir / "data"
         self.log_path = base_dir / "etcd.log"
@@ -216,21 +221,38 @@ class EtcdServer:
             ]
         return [
             self.binary,
-            "--name=default",
+            f"--name={self.member_name}",
             f"--data-dir={self.data_dir}",
             f"--listen-client-urls={client}",
             f"--advertise-client-urls={client}",
             f"--listen-peer-urls={peer}",
             f"--initial-advertise-peer-urls={peer}",
-            f"--initial-cluster=default={peer}",
+            f"--initial-cluster={self.member_name}={peer}",
             "--log-level=warn",
             *tls,
             *self.extra_args,
         ]
 
     def start(self) -> None:
+        """Start (or restart, on the same ports and data) and wait until it answers.
+
+        Ports are chosen free but bound only when etcd starts, so on a busy machine another
+        test session's etcd can take one first. The check accepts only our own member name; on
+        a first start that lost the race, new ports are chosen (at most three times).
+        """
         if self.running:
             return
+        for _ in range(3):
+            if self._start_once():
+                self._started = True
+                return
+            if self._started:
+                break  # a restart must keep its ports: the clients know them
+            self.port, self.peer_port = free_port(), free_port()
+        raise RuntimeError(f"another etcd answers on {self.endpoint}: the port was taken")
+
+    def _start_once(self) -> bool:
+        """True when our etcd answers; False when another process holds the port."""
         log = self.log_path.open("ab")
         try:
             self._proc = subprocess.Popen(
@@ -240,16 +262,24 @@ class EtcdServer:
             log.close()
         deadline = time.monotonic() + _START_TIMEOUT
         while time.monotonic() < deadline:
+            try:
+                members = self.etcdctl("member", "list", timeout=2.0)
+            except subprocess.SubprocessError:
+                members = ""
+            if self.member_name in members:
+                return True
+            if members:  # somebody else's etcd answers on our port
+                self.kill()
+                return False
             if self._proc.poll() is not None:
+                text = self.log_path.read_text(errors="replace")
+                if "address already in use" in text[-4000:]:
+                    return False
                 raise RuntimeError(
                     f"etcd exited with {self._proc.returncode}: see {self.log_path}:\n"
-                    + self.log_path.read_text(errors="replace")[-2000:]
+                    + text[-2000:]
                 )
-            try:
-                self.etcdctl("endpoint", "health", timeout=2.0)
-                return
-            except subprocess.SubprocessError:
-                time.sleep(0.05)
+            time.sleep(0.05)
         self.kill()
         raise RuntimeError(f"etcd did not become healthy in {_START_TIMEOUT}s: see {self.log_path}")
 

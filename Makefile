@@ -19,8 +19,9 @@ demo: cluster-up
 demo-standalone: setup
 	@scripts/demo.sh
 
+# Unit + integration beside e2e (scripts/test.sh): the e2e suite mostly waits on its cluster.
 test: setup builds
-	$(PY) -m pytest -q -ra
+	@scripts/test.sh
 
 # Everything the tests need, each step cached and skipped when done. Under `make -j3 builds`
 # (.ci/run) the image builds (mostly network and disk) run beside the Go builds, which take

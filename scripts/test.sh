@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Every test, in two pytest sessions side by side: the end-to-end suite (mostly waiting on its
+# local cluster) and the unit and etcd integration suites (their own etcd servers). Together
+# they take about as long as the e2e suite alone. Each prints its summary and duration; the run
+# fails if either fails. Extra arguments go to both sessions (e.g. -x, -k).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+py=.venv/bin/python
+log="$(mktemp -t elasticjob-e2e.XXXXXX.log)"
+SECONDS=0
+"$py" -m pytest -q -ra "$@" tests/e2e >"$log" 2>&1 &
+e2e=$!
+trap 'kill "$e2e" 2>/dev/null' INT TERM
+"$py" -m pytest -q -ra "$@" tests/unit tests/integration
+fast=$?
+echo "test: unit + integration finished in $SECONDS s (exit $fast); waiting for e2e" >&2
+wait "$e2e"
+slow=$?
+echo "===== tests/e2e (exit $slow, log $log) =====" >&2
+cat "$log"
+echo "test: all suites finished in $SECONDS s (unit+integration exit $fast, e2e exit $slow)" >&2
+((fast == 0 && slow == 0))

@@ -201,11 +201,14 @@ class RealNode:
     def _record_mount_points(self) -> None:
         created: list[Path] = []
         for target in host_mount_points(self.layout):
-            missing = [target, *(p for p in target.parents if not p.exists())]
-            if not target.exists():
-                target.mkdir(parents=True)
-                # Every directory made here is removed again when the last cluster stops.
-                created.extend(p for p in missing if p.exists())
+            # Top down, one directory at a time: the nodes boot in parallel threads and may make
+            # the same one; each records only what it made (removed when the last cluster stops).
+            for path in [*reversed(target.parents), target]:
+                try:
+                    path.mkdir()
+                except FileExistsError:
+                    continue
+                created.append(path)
         if created:
             with self.created_mount_points.open("a") as record:
                 record.write("".join(f"{path}\n" for path in created))

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -28,6 +27,8 @@ import pytest
 from elasticjob_localcluster import LocalCluster
 from elasticjob_localcluster.realnodes.layout import REAL_NODE_LABEL, REAL_NODE_TAINT_KEY
 from elasticjob_localcluster.testing import TRAINING_IMAGE
+
+from tests.e2e.operator.conftest import wait_job as operator_wait_job
 
 REPO = Path(__file__).resolve().parents[3]
 CHART = REPO / "charts" / "elasticjob-operator"
@@ -194,10 +195,6 @@ def apply_job(cluster: LocalCluster, ns: str, manifest: dict[str, Any]) -> None:
     cluster.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(manifest))
 
 
-def get_job(cluster: LocalCluster, ns: str, name: str) -> dict[str, Any]:
-    return dict(json.loads(cluster.kubectl("get", "ej", name, "-n", ns, "-o", "json").stdout))
-
-
 def wait_job(
     cluster: LocalCluster,
     ns: str,
@@ -207,25 +204,17 @@ def wait_job(
     *,
     timeout: float = 300,
 ) -> dict[str, Any]:
-    """Poll the job until ``predicate(job)``; fail with its last status and its pods otherwise."""
-    deadline = time.monotonic() + timeout
-    job: dict[str, Any] = {}
-    while time.monotonic() < deadline:
-        job = get_job(cluster, ns, name)
-        if predicate(job):
-            return job
-        time.sleep(1)
-    listing = cluster.kubectl("get", "pods", "-n", ns, "-o", "wide", check=False).stdout
-    logs = "".join(
-        f"\n--- {p['metadata']['name']} (last 30 lines):\n"
-        + "\n".join(cluster.pod_logs(ns, p["metadata"]["name"]).splitlines()[-30:])
-        for p in pods(cluster, ns)
-    )
-    raise AssertionError(
-        f"{ns}/{name}: not {what} after {timeout} s; status:\n"
-        + json.dumps(job.get("status"), indent=1)
-        + f"\npods:\n{listing}{logs}"
-    )
+    """The operator suite's ``wait_job``, whose failure also lists the pods and their logs."""
+    try:
+        return operator_wait_job(cluster, ns, name, what, predicate, timeout=timeout)
+    except AssertionError as exc:
+        listing = cluster.kubectl("get", "pods", "-n", ns, "-o", "wide", check=False).stdout
+        logs = "".join(
+            f"\n--- {p['metadata']['name']} (last 30 lines):\n"
+            + "\n".join(cluster.pod_logs(ns, p["metadata"]["name"]).splitlines()[-30:])
+            for p in pods(cluster, ns)
+        )
+        raise AssertionError(f"{exc}\npods:\n{listing}{logs}") from None
 
 
 def phase(job: dict[str, Any]) -> str:

@@ -28,7 +28,9 @@ from elasticjob_agent.etcd.client import (
     prefix_end,
 )
 from elasticjob_agent.etcd.endpoints import Endpoint, parse_endpoints
+from elasticjob_agent.etcd.retry import retry_until
 from elasticjob_agent.etcd.session import EtcdSession
+from elasticjob_agent.rendezvous.config import MAX_REQUEST_TIMEOUT
 from elasticjob_agent.rendezvous.deadline import ClockTimer, DeadlineReached, until
 from elasticjob_agent.rendezvous.errors import RendezvousConnectionError
 from elasticjob_agent.rendezvous.kv import AsyncEtcdStore, StoreTimeout
@@ -86,7 +88,7 @@ class EtcdStore(dist.Store):  # type: ignore[misc,name-defined]  # torch stubs l
         timeout: timedelta = _DEFAULT_TIMEOUT,
     ) -> EtcdStore:
         eps = parse_endpoints(endpoints) if isinstance(endpoints, str) else endpoints
-        session = EtcdSession(eps, request_timeout=5.0, lease_ttl=10)
+        session = EtcdSession(eps, request_timeout=MAX_REQUEST_TIMEOUT, lease_ttl=10)
         return cls(session, prefix.encode(), timeout, owns_session=True)
 
     def close(self) -> None:
@@ -109,7 +111,7 @@ class EtcdStore(dist.Store):  # type: ignore[misc,name-defined]  # torch stubs l
     def _run(self, op: Callable[[], Awaitable[T]], timeout: float) -> T:
         """Run ``op`` on the session loop, retrying while etcd is unreachable within timeout."""
         deadline = time.monotonic() + max(timeout, 1.0)
-        return self._session.run(self._client.retry_until(op, deadline))
+        return self._session.run(retry_until(op, deadline=deadline))
 
     # --- the Store API -----------------------------------------------------------------------
 

@@ -76,6 +76,7 @@ from elasticjob_agent.etcd.client import EtcdClient
 from elasticjob_agent.etcd.session import LeaseKeeper
 from elasticjob_agent.protocol.keys import JobKeys
 from elasticjob_agent.rendezvous.backend import create_backend
+from elasticjob_agent.rendezvous.config import request_timeout_for
 from elasticjob_agent.rendezvous.deadline import drain
 from elasticjob_agent.rendezvous.executor import Executor, Outcome
 from elasticjob_agent.rendezvous.kv import AsyncEtcdStore
@@ -95,6 +96,9 @@ from torch.distributed.elastic.rendezvous.dynamic_rendezvous import (
 )
 
 CASE_TIMEOUT = 240.0
+ETCD_TIMEOUT = 60.0
+"""How long a node retries an unreachable etcd, past its join deadline if a request is in flight
+(``Executor.call``'s backstop)."""
 # How long the parent waits for a worker's answer past the case's own timeout before it calls
 # the case hung (every node's wait is bounded by CASE_TIMEOUT, so this never fires unless one
 # is not).
@@ -218,14 +222,16 @@ def _ours(case: Case, nodes: list[str], ready: Connection, start: Any) -> list[N
     keys = RendezvousKeys.of(JobKeys("/bench", case.run_id))
 
     async def main() -> list[NodeResult]:
-        clients = [EtcdClient(case.endpoint, request_timeout=60) for _ in nodes]
+        # As the agent's session: a request's deadline is RendezvousConfig.request_timeout.
+        timeout = request_timeout_for(ETCD_TIMEOUT)
+        clients = [EtcdClient(case.endpoint, request_timeout=timeout) for _ in nodes]
         leases = [LeaseKeeper(c, case.lease_ttl) for c in clients]
         # Connected (watch stream open) and holding a lease before the start signal, like an
         # agent that is up.
         await asyncio.gather(*(c.prepare() for c in clients))
         await asyncio.gather(*(lease.current() for lease in leases))
         executors = [
-            Executor(c, keys, node, lease, etcd_timeout=60, recheck_interval=5)
+            Executor(c, keys, node, lease, etcd_timeout=ETCD_TIMEOUT, recheck_interval=5)
             for c, node, lease in zip(clients, nodes, leases, strict=True)
         ]
         before = [c.requests for c in clients]
@@ -272,7 +278,9 @@ def _ours(case: Case, nodes: list[str], ready: Connection, start: Any) -> list[N
             stages[i] = "done"
             return time.time(), ex.joined_at, returned
 
-        watchdog = asyncio.ensure_future(_dump_after(case.timeout + HANG_MARGIN / 4, stages))
+        watchdog = asyncio.ensure_future(
+            _dump_after(case.timeout + ETCD_TIMEOUT + HANG_MARGIN / 4, stages)
+        )
         profiler = cProfile.Profile() if case.profile_dir else None
         if profiler is not None:
             profiler.enable()
@@ -462,7 +470,7 @@ def worker(conn: Connection, start: Any) -> None:
         case, nodes = msg
         fn = _ours if case.candidate == "ours" else _torch
         # A hung case says where: every thread's stack, and (ours) every task's await chain.
-        faulthandler.dump_traceback_later(case.timeout + HANG_MARGIN / 2)
+        faulthandler.dump_traceback_later(case.timeout + ETCD_TIMEOUT + HANG_MARGIN / 2)
         try:
             results = fn(case, nodes, conn, start)
             if case.candidate == "ours":
@@ -648,7 +656,7 @@ def run_case(case: Case, pool: list[tuple[Any, Connection]], start: Any) -> Row:
     server_before = etcd_cpu() if on_etcd else _cpu()
     t0 = time.time()
     start.set()
-    deadline = time.monotonic() + case.timeout + HANG_MARGIN
+    deadline = time.monotonic() + case.timeout + ETCD_TIMEOUT + HANG_MARGIN
     results: list[NodeResult] = []
     cpu = 0.0
     try:

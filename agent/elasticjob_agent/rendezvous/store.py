@@ -134,6 +134,20 @@ class EtcdStore(dist.Store):  # type: ignore[misc,name-defined]  # torch stubs l
         except RendezvousConnectionError as exc:
             raise dist.DistStoreError(f"etcd unreachable while reading {keys[:3]}: {exc}") from exc
 
+    def set_then_get(self, set_key: str, value: str | bytes, get_key: str) -> bytes:
+        """``set(set_key, value)`` then ``get(get_key)`` for a key written after it, in one
+        transaction and at most one watch (``AsyncEtcdStore.set_then_get``); the role
+        exchange's step of every node but rank 0."""
+        seconds = self._seconds(None)
+        self._kv.timeout = seconds
+        v = _bytes(value)
+        try:
+            return self._run(lambda: self._kv.set_then_get(set_key, v, get_key), seconds)
+        except StoreTimeout as exc:
+            raise dist.DistStoreError(str(exc)) from exc
+        except RendezvousConnectionError as exc:
+            raise dist.DistStoreError(f"etcd unreachable while reading {get_key}: {exc}") from exc
+
     def add(self, key: str, amount: int) -> int:
         k = self._key(key)
 

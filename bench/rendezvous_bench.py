@@ -300,14 +300,24 @@ def _ours(case: Case, nodes: list[str], ready: Connection, start: Any) -> list[N
                 )
             else:
                 results.append(NodeResult(d[0], d[1], c.requests - b, c.failed_txns, None, d[2]))
+        # Measured up to here: the clean-up below (watch cancellations, lease revocations,
+        # closing the clients) happens outside the case's window, once every worker is done.
+        ready.send((results, _cpu() - _START_CPU[0]))
+        if ready.recv() != "cleanup":
+            raise RuntimeError("expected cleanup")
         try:
             async with asyncio.timeout(60):
                 await drain(5.0)
                 for lease in leases:
                     await lease.stop()
+                # Revoked like an agent that shuts down: leases left to expire (TTL s later)
+                # would expire in etcd, a revoke proposal each, during the next case.
+                await asyncio.gather(*(lease.revoke() for lease in leases), return_exceptions=True)
                 await asyncio.gather(*(c.close() for c in clients))
         except TimeoutError:
             print(f"[pid {os.getpid()}] closing the clients took > 60 s", file=sys.stderr)
+        except Exception as exc:  # the results are sent: report, never send twice
+            print(f"[pid {os.getpid()}] closing the clients failed: {exc!r}", file=sys.stderr)
         return results
 
     return asyncio.run(main())
@@ -472,10 +482,7 @@ def worker(conn: Connection, start: Any) -> None:
         # A hung case says where: every thread's stack, and (ours) every task's await chain.
         faulthandler.dump_traceback_later(case.timeout + ETCD_TIMEOUT + HANG_MARGIN / 2)
         try:
-            results = fn(case, nodes, conn, start)
-            if case.candidate == "ours":
-                conn.send((results, _cpu() - _START_CPU[0]))
-                conn.recv()
+            fn(case, nodes, conn, start)  # sends its results, cleans up when told
         except Exception as exc:  # report, keep the pool alive
             conn.send("ready")
             conn.send(([NodeResult(time.time(), None, 0, 0, repr(exc)) for _ in nodes], 0.0))

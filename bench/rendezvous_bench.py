@@ -231,7 +231,7 @@ def _ours(case: Case, nodes: list[str], ready: Connection, start: Any) -> list[N
         await asyncio.gather(*(c.prepare() for c in clients))
         await asyncio.gather(*(lease.current() for lease in leases))
         executors = [
-            Executor(c, keys, node, lease, etcd_timeout=ETCD_TIMEOUT, recheck_interval=5)
+            Executor(c, keys, node, lease, etcd_timeout=ETCD_TIMEOUT)
             for c, node, lease in zip(clients, nodes, leases, strict=True)
         ]
         before = [c.requests for c in clients]

@@ -3,7 +3,7 @@
 Each action is one etcd transaction whose success and failure branches both end with the ranges
 of a snapshot, so acting and re-reading cost a single round trip. Waiting is a watch on the
 ``ctl/`` prefix (closed flag, round pointer, completions) bounded by the next deadline; there is
-no polling loop, only a fallback re-check every ``recheck_interval`` (one read).
+no polling loop, only a fallback re-check every ``Context.recheck_interval`` (one read).
 """
 
 from __future__ import annotations
@@ -97,13 +97,11 @@ class Executor:
         *,
         etcd_timeout: float,
         clock: Callable[[], float] = time.time,
-        recheck_interval: float = 5.0,
         advertise: Callable[[], tuple[str, int]] = lambda: ("127.0.0.1", 29500),
         timer: Timer | None = None,
     ) -> None:
         self._timer: Timer = timer if timer is not None else ClockTimer(clock)
         clock = self._timer.now
-        self._recheck = recheck_interval
         self._advertise = advertise
         self.client = client
         self.keys = keys

@@ -65,7 +65,6 @@ class EtcdRendezvousHandler(RendezvousHandler):
             self._session.lease,
             etcd_timeout=config.etcd_timeout,
             clock=clock,
-            recheck_interval=config.heartbeat,
             advertise=lambda: (config.local_addr or socket.getfqdn(), free_port()),
         )
         self._clock = clock

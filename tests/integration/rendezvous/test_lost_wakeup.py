@@ -77,7 +77,7 @@ class CompactedBeforeWatching(EtcdClient):
 
 def _executor(client: EtcdClient, keys: RendezvousKeys, node: str) -> tuple[Executor, LeaseKeeper]:
     lease = LeaseKeeper(client, 10)
-    executor = Executor(client, keys, node, lease, etcd_timeout=10, recheck_interval=RECHECK)
+    executor = Executor(client, keys, node, lease, etcd_timeout=10)
     return executor, lease
 
 

@@ -585,6 +585,11 @@ class _WatchStream:
         except BaseException:
             self._queues.pop(wid, None)
             raise
+        finally:
+            # Answered, or given up on (a write that failed or was cancelled): nobody awaits
+            # this future any more, and a stream failure must not set an error on it that
+            # nobody retrieves ("Future exception was never retrieved").
+            self._created.pop(wid, None)
         if created.compact_revision:
             self._queues.pop(wid, None)
             raise EtcdRequestError("Watch", f"revision compacted at {created.compact_revision}")

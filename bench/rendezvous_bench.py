@@ -73,6 +73,7 @@ from pathlib import Path
 from typing import Any
 
 from elasticjob_agent.etcd.client import EtcdClient
+from elasticjob_agent.etcd.retry import retry_until
 from elasticjob_agent.etcd.session import LeaseKeeper
 from elasticjob_agent.protocol.keys import JobKeys
 from elasticjob_agent.rendezvous.backend import create_backend
@@ -227,9 +228,19 @@ def _ours(case: Case, nodes: list[str], ready: Connection, start: Any) -> list[N
         clients = [EtcdClient(case.endpoint, request_timeout=timeout) for _ in nodes]
         leases = [LeaseKeeper(c, case.lease_ttl) for c in clients]
         # Connected (watch stream open) and holding a lease before the start signal, like an
-        # agent that is up.
-        await asyncio.gather(*(c.prepare() for c in clients))
-        await asyncio.gather(*(lease.current() for lease in leases))
+        # agent that is up. Retried like the agent's requests (a set-up request that missed its
+        # deadline under load failed the whole worker's share at N = 4096), and at most 64 at
+        # a time per process: 1024 connections opened at once overload etcd before the start.
+        gate = asyncio.Semaphore(64)
+
+        async def up(client: EtcdClient, lease: LeaseKeeper) -> None:
+            async with gate:
+                await retry_until(client.prepare, patience=ETCD_TIMEOUT, what="bench set-up")
+                await retry_until(
+                    lease.current, patience=ETCD_TIMEOUT, on_lease_lost=lease.lost, what="lease"
+                )
+
+        await asyncio.gather(*(up(c, lease) for c, lease in zip(clients, leases, strict=True)))
         executors = [
             Executor(c, keys, node, lease, etcd_timeout=ETCD_TIMEOUT)
             for c, node, lease in zip(clients, nodes, leases, strict=True)

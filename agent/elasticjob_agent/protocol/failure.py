@@ -69,6 +69,8 @@ class WorkerFailure:
                 text += f": {self.message}"
             if self.frame:
                 text += f" (at {self.frame})"
+        elif self.message:  # the agent's own finding, e.g. an expired timer
+            text += f": {self.message}"
         return text
 
     def to_json(self) -> dict[str, Any]:

@@ -75,3 +75,26 @@ def test_the_failed_condition_quotes_the_last_root_cause_when_the_budget_is_spen
     )
     failed = [c for c in result.status.conditions if c.get("type") == "Failed"]
     assert failed and "last root cause: rank 3" in failed[0]["message"]
+
+
+def test_a_timer_restart_quotes_the_expired_timer() -> None:
+    cluster = Cluster()
+    status = _started(cluster)
+    expired = WorkerFailure(
+        local_rank=0,
+        time=T0 + 4,
+        rank=2,
+        signal="SIGKILL",
+        message="expiration timer 'step' expired",
+    )
+    reports = {
+        "demo-worker-1-0": replace(
+            report("demo-worker-1-0", restarts={"timer": 1}), last_failure=expired
+        )
+    }
+    result = step(cluster, status, job_spec(), T0 + 5, etcd_reachable=True, reports=reports)
+    restarted = [e for e in result.events if e.reason == "Restarted"]
+    assert len(restarted) == 1
+    assert restarted[0].message.endswith(
+        "root cause: rank 2 on demo-worker-1-0 killed by SIGKILL: expiration timer 'step' expired"
+    )

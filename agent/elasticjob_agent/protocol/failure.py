@@ -9,6 +9,7 @@ the whole record, as JSON, stays under ``MAX_FAILURE_BYTES``.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,13 @@ MAX_NAME = 256
 MAX_INT = 2**53
 MAX_FAILURE_BYTES = 4096
 """A record's JSON is at most this long: the caps above, plus keys and escapes, fit."""
+
+
+_PEER_LOSS = re.compile(
+    r"Connection (closed|reset) by peer|Broken pipe|gloo|NCCL communicator|ProcessGroup.*abort"
+    r"|Timed out waiting|DistNetworkError|DistBackendError",
+    re.IGNORECASE,
+)
 
 
 class FailureRecordError(ValueError):
@@ -49,6 +57,9 @@ class WorkerFailure:
     output_tail: str | None = None
     """The end of the worker's stderr log, when there is no error file and the output was
     redirected to files (``-r``/``-t``)."""
+    round: int | None = None
+    """The rendezvous round the worker ran in (job-wide with ``etcd-v3``): a later round's
+    failure is news; within one round a cause outranks its consequences (``outranks``)."""
 
     def summary(self) -> str:
         """One line for Events, conditions and logs: who, how and why."""
@@ -73,6 +84,24 @@ class WorkerFailure:
             text += f": {self.message}"
         return text
 
+    def is_consequence(self) -> bool:
+        """True for a failure that looks caused by another rank's: a collective that lost a
+        peer (gloo's "Connection closed by peer", ``DistBackendError``, ...)."""
+        text = f"{self.exception_type or ''}: {self.message or ''}"
+        return self.exception_type is not None and bool(_PEER_LOSS.search(text))
+
+    def outranks(self, other: WorkerFailure | None) -> bool:
+        """Whether this failure should replace ``other`` as the job's last root cause: a later
+        round, else (same round, or a round unknown) a cause over a consequence, then the newer.
+        A peer's lost connection, seen after the rank that died, never hides it."""
+        if other is None:
+            return True
+        if self.round is not None and other.round is not None and self.round != other.round:
+            return self.round > other.round
+        if self.is_consequence() != other.is_consequence():
+            return other.is_consequence()
+        return self.time > other.time
+
     def to_json(self) -> dict[str, Any]:
         data = {
             "localRank": self.local_rank,
@@ -86,6 +115,7 @@ class WorkerFailure:
             "message": self.message,
             "frame": self.frame,
             "outputTail": self.output_tail,
+            "round": self.round,
         }
         return {k: v for k, v in data.items() if v is not None}
 
@@ -108,6 +138,7 @@ class WorkerFailure:
             message=_str(data, "message", MAX_MESSAGE),
             frame=_str(data, "frame", MAX_FRAME),
             output_tail=_str(data, "outputTail", MAX_TAIL),
+            round=_int(data, "round"),
         )
 
 

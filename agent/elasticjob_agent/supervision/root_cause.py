@@ -143,23 +143,10 @@ def describe(
     )
 
 
-_PEER_LOSS = re.compile(
-    r"Connection (closed|reset) by peer|Broken pipe|gloo|NCCL communicator|ProcessGroup.*abort"
-    r"|Timed out waiting|DistNetworkError|DistBackendError",
-    re.IGNORECASE,
-)
-
-
-def is_consequence(failure: WorkerFailure) -> bool:
-    """True for a failure that looks caused by another rank's: a collective that lost a peer."""
-    text = f"{failure.exception_type or ''}: {failure.message or ''}"
-    return failure.exception_type is not None and bool(_PEER_LOSS.search(text))
-
-
 def first_failure(failures: list[WorkerFailure]) -> WorkerFailure:
     """The root cause among the failures seen at once: causes before consequences (a collective
     that lost its peer), then the earliest, then the lowest local rank."""
-    return min(failures, key=lambda f: (is_consequence(f), f.time, f.local_rank))
+    return min(failures, key=lambda f: (f.is_consequence(), f.time, f.local_rank))
 
 
 def termination_message(failure: WorkerFailure) -> bytes:

@@ -14,7 +14,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -371,6 +371,7 @@ class Supervisor:
             pod=self._environ.get("POD_NAME") or self._environ.get("HOSTNAME"),
             signal=signal_name(-first.signal),
             message=cap(f"expiration timer {first.scope!r} expired", MAX_MESSAGE),
+            round=self._round,
         )
         self._status.update(last_failure=failure)
         self._events.warning("root_cause", failure=failure.summary()[:1000])
@@ -394,7 +395,7 @@ class Supervisor:
             )
             for lr, code in sorted(failures.items())
         ]
-        first = first_failure(records)
+        first = replace(first_failure(records), round=self._round)
         self._status.update(last_failure=first)
         self._events.warning("root_cause", failure=first.summary()[:1000])
         write_termination_message(first)

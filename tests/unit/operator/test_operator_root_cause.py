@@ -98,3 +98,49 @@ def test_a_timer_restart_quotes_the_expired_timer() -> None:
     assert restarted[0].message.endswith(
         "root cause: rank 2 on demo-worker-1-0 killed by SIGKILL: expiration timer 'step' expired"
     )
+
+
+LOST_PEER = WorkerFailure(
+    local_rank=0,
+    time=T0 + 6,
+    rank=0,
+    node="node-a",
+    exit_code=1,
+    exception_type="RuntimeError",
+    message="[gloo/transport/tcp/pair.cc:561] Connection closed by peer [10.0.0.2]:4242",
+    round=3,
+)
+
+
+def test_a_peers_lost_connection_never_hides_the_rank_that_died() -> None:
+    killed = WorkerFailure(local_rank=1, time=T0 + 4, rank=3, signal="SIGKILL", round=3)
+    reports = {
+        "demo-worker-0-0": replace(report("demo-worker-0-0"), last_failure=LOST_PEER),
+        "demo-worker-1-0": replace(report("demo-worker-1-0"), last_failure=killed),
+    }
+    # Seen in one poll: the cause wins although the consequence is newer.
+    assert root_cause.newest_failure(reports, RUN_ID, None) == replace(
+        killed, pod="demo-worker-1-0"
+    )
+    # Seen one poll after the cause was stored: nothing new.
+    stored = replace(killed, pod="demo-worker-1-0").to_json()
+    assert root_cause.newest_failure(reports, RUN_ID, stored) is None
+    # A later round's failure is news, a consequence or not.
+    later = replace(LOST_PEER, round=4, time=T0 + 60)
+    reports["demo-worker-0-0"] = replace(report("demo-worker-0-0"), last_failure=later)
+    assert root_cause.newest_failure(reports, RUN_ID, stored) == replace(
+        later, pod="demo-worker-0-0"
+    )
+
+
+def test_outranks_orders_round_then_cause_then_time() -> None:
+    cause = replace(RAISED, round=2)
+    assert cause.outranks(None)
+    assert cause.outranks(replace(LOST_PEER, round=2, time=T0 + 100))
+    assert not replace(LOST_PEER, round=2).outranks(cause)
+    assert replace(LOST_PEER, round=3).outranks(cause)
+    assert replace(cause, time=cause.time + 1).outranks(cause)
+    assert not cause.outranks(cause)
+    # An agent that did not say its round: cause, then time.
+    assert replace(cause, round=None).outranks(replace(LOST_PEER, round=None))
+    assert LOST_PEER.is_consequence() and not cause.is_consequence()

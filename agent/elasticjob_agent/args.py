@@ -44,6 +44,7 @@ _C10D_INTEGERS = (
     "keep_alive_interval",
     "keep_alive_max_attempt",
     "read_timeout",
+    "timeout",  # torchrun always sets it; torch's c10d handler does not read it
 )
 C10D_CONF_KEYS = (*_C10D_INTEGERS, "is_host", "cas_backoff_max_seconds")
 _BOOLEANS = ("1", "true", "t", "yes", "y", "0", "false", "f", "no", "n")

@@ -300,8 +300,12 @@ _HAS_ROOT_CAUSE = frozenset({RestartReason.FAILURE.value, RestartReason.TIMER.va
 def _merge_reports(draft: _Draft, observed: Observed) -> None:
     before = draft.status.restarts
     merged = restarts.merge_reports(before, observed.reports.values(), draft.status.run_id)
+    current = _current_workers(observed.workers, draft.status.attempts)
     failure = root_cause.newest_failure(
-        observed.reports, draft.status.run_id, draft.status.last_failure
+        observed.reports,
+        draft.status.run_id,
+        draft.status.last_failure,
+        {p.name: p.last_failure for p in current.values() if p.last_failure is not None},
     )
     if failure is not None:
         draft.status = draft.status.evolve(last_failure=failure.to_json())

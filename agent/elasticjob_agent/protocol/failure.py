@@ -8,6 +8,7 @@ the whole record, as JSON, stays under ``MAX_FAILURE_BYTES``.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Mapping
@@ -22,6 +23,8 @@ MAX_NAME = 256
 MAX_INT = 2**53
 MAX_FAILURE_BYTES = 4096
 """A record's JSON is at most this long: the caps above, plus keys and escapes, fit."""
+MAX_TERMINATION_MESSAGE = 4096
+"""Kubernetes keeps at most 4096 bytes of a container's termination message."""
 
 
 _PEER_LOSS = re.compile(
@@ -186,3 +189,33 @@ def _str(data: Mapping[str, Any], key: str, limit: int) -> str | None:
     if len(value) > limit:
         raise FailureRecordError(f"field 'lastFailure.{key}' is longer than {limit} characters")
     return value
+
+
+def termination_message(failure: WorkerFailure) -> bytes:
+    """What the container's termination message file gets: the summary line, then the record
+    as JSON, within ``MAX_TERMINATION_MESSAGE`` bytes (the JSON is dropped if it does not fit)."""
+    summary = failure.summary().encode("utf-8", errors="replace")[: MAX_TERMINATION_MESSAGE - 1]
+    record = json.dumps({"lastFailure": failure.to_json()}, sort_keys=True).encode()
+    whole = summary + b"\n" + record + b"\n"
+    return whole if len(whole) <= MAX_TERMINATION_MESSAGE else summary + b"\n"
+
+
+def from_termination_message(text: str) -> WorkerFailure | None:
+    """The record in a container's termination message (``termination_message``'s second line),
+    parsed as strictly as a health report's; ``None`` when there is none or it is not valid
+    (the message comes from a pod: untrusted)."""
+    if len(text) > MAX_TERMINATION_MESSAGE:
+        return None
+    for line in text.splitlines()[1:]:
+        if not line.startswith('{"lastFailure"'):
+            continue
+        try:
+            data = json.loads(line, parse_constant=_reject_constant)
+            return WorkerFailure.from_json(data.get("lastFailure"))
+        except (ValueError, AttributeError, RecursionError):
+            return None
+    return None
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a number")

@@ -144,3 +144,26 @@ def test_outranks_orders_round_then_cause_then_time() -> None:
     # An agent that did not say its round: cause, then time.
     assert replace(cause, round=None).outranks(replace(LOST_PEER, round=None))
     assert LOST_PEER.is_consequence() and not cause.is_consequence()
+
+
+def test_the_cause_in_an_exited_pods_termination_message_beats_a_reported_consequence() -> None:
+    """The agent whose rank raised spent the budget and exited before its last report was
+    polled; its peer's report (a lost connection) was. The kubelet kept the cause."""
+    cluster = Cluster()
+    cause = replace(RAISED, round=3, time=T0 + 5, pod=None)
+    status = _started(cluster).evolve(
+        last_failure=replace(LOST_PEER, pod="demo-worker-0-0").to_json()
+    )
+    cluster.set(
+        "demo-worker-1-0",
+        phase=PodPhase.FAILED,
+        exit_code=ExitCode.MAX_RESTARTS_EXCEEDED,
+        last_failure=cause,
+    )
+    result = step(cluster, status, job_spec(), T0 + 8, etcd_reachable=True)
+    assert result.status.last_failure == replace(cause, pod="demo-worker-1-0").to_json()
+    assert result.status.phase is Phase.FAILED
+    assert result.status.message.endswith(
+        "last root cause: rank 3 on demo-worker-1-0 exited with code 1: ValueError: loss is nan "
+        "(at /app/train.py:42 in step)"
+    )

@@ -129,6 +129,8 @@ class Case:
     timeout: float = CASE_TIMEOUT
     """Every node's join deadline and store timeout (s); the case is hung past it plus a
     margin."""
+    request_timeout: float | None = None
+    """ours: the deadline of one etcd request; ``None``: the agent's (``request_timeout_for``)."""
     """Write each worker process's cProfile (start signal to its last node) here."""
 
     @property
@@ -224,7 +226,7 @@ def _ours(case: Case, nodes: list[str], ready: Connection, start: Any) -> list[N
 
     async def main() -> list[NodeResult]:
         # As the agent's session: a request's deadline is RendezvousConfig.request_timeout.
-        timeout = request_timeout_for(ETCD_TIMEOUT)
+        timeout = case.request_timeout or request_timeout_for(ETCD_TIMEOUT)
         clients = [EtcdClient(case.endpoint, request_timeout=timeout) for _ in nodes]
         leases = [LeaseKeeper(c, case.lease_ttl) for c in clients]
         # Connected (watch stream open) and holding a lease before the start signal, like an
@@ -768,6 +770,11 @@ def main() -> int:
     parser.add_argument(
         "--profile", metavar="DIR", help="ours: a cProfile per worker process and case in DIR"
     )
+    parser.add_argument(
+        "--request-timeout",
+        type=float,
+        help="ours: the deadline of one etcd request (s); default: the agent's",
+    )
     args = parser.parse_args()
     if args.loop:
         if args.loop < 1:
@@ -822,6 +829,7 @@ def main() -> int:
                             args.lease_ttl,
                             args.profile,
                             args.case_timeout,
+                            args.request_timeout,
                         )
                         # Fresh worker processes for every case: grpc's asyncio layer is bound
                         # to one event loop per process, and a case must not inherit the last

@@ -18,7 +18,11 @@ pool of worker processes, so no single process's GIL decides the result):
   builds the master address through the store), then torch's own rank assignment
   (``SimpleElasticAgent._assign_worker_ranks``: rank 0 ``multi_get``s, ``multi_set``s), one
   thread per node;
-- ``torch-etcd-v3``: the same torch path on our ``EtcdV3RendezvousBackend``.
+- ``torch-etcd-v3``: the same torch path on our ``EtcdV3RendezvousBackend``;
+- ``ours-tls``: ``ours`` against a second etcd that requires client certificates (mutual TLS,
+  ``--client-cert-auth``), with a CA, server and client certificate made in the run by the
+  operator's own generator (``elasticjob_operator.pki``: what a managed etcd gets), each node
+  presenting the client certificate on its own connection: the cost of TLS against ``ours``.
 
 Scenarios: ``min-eq-max`` (``min = max = N``: completes at max) and ``last-call`` (``min = N``,
 ``max = 2N``, ``last_call = 1 s``). Reported per case: time from the start signal to the last
@@ -35,6 +39,8 @@ the same for every etcd candidate.
         --scenarios min-eq-max --candidates ours,torch-c10d
     .venv/bin/python bench/rendezvous_bench.py --sizes "" --ours-sizes 1024 \
         --scenarios min-eq-max --candidates ours --repeat 20
+    .venv/bin/python bench/rendezvous_bench.py --sizes 64 --ours-sizes "" \
+        --scenarios min-eq-max --candidates ours,ours-tls --repeat 5
 """
 
 from __future__ import annotations
@@ -56,12 +62,13 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
 from elasticjob_agent.etcd.client import EtcdClient
+from elasticjob_agent.etcd.endpoints import TlsFiles, parse_endpoints
 from elasticjob_agent.etcd.session import LeaseKeeper
 from elasticjob_agent.protocol.keys import JobKeys
 from elasticjob_agent.rendezvous.backend import create_backend
@@ -73,6 +80,7 @@ from elasticjob_agent.rendezvous.roles import exchange_roles_async
 from elasticjob_agent.rendezvous.state import Context
 from elasticjob_agent.rendezvous.wire import RendezvousKeys
 from elasticjob_agent.supervision.worker_env import AgentKnobs, GroupContext, worker_env
+from elasticjob_operator import pki
 from torch.distributed import TCPStore  # type: ignore[attr-defined]
 from torch.distributed.elastic.agent.server.api import SimpleElasticAgent, WorkerSpec
 from torch.distributed.elastic.rendezvous import RendezvousParameters
@@ -91,6 +99,9 @@ HANG_MARGIN = 60.0
 SCENARIOS = ("min-eq-max", "last-call")
 PATHS = ("agent", "rendezvous")
 NPROC = 8
+#: Candidates that run our executor (``ours-tls`` against the mutual-TLS etcd).
+OURS = ("ours", "ours-tls")
+CANDIDATES = ("ours", "ours-tls", "torch-c10d", "torch-etcd-v3")
 
 
 def free_port() -> int:
@@ -109,6 +120,18 @@ class Case:
     run_id: str
     path: str = "agent"
     lease_ttl: int = 10
+    tls_dir: str | None = None
+    """``ours-tls``: the directory of ``ca.crt``, ``client.crt``, ``client.key``."""
+
+    def endpoints(self) -> Any:
+        if self.tls_dir is None:
+            return self.endpoint
+        tls = TlsFiles(
+            cacert=f"{self.tls_dir}/ca.crt",
+            cert=f"{self.tls_dir}/client.crt",
+            key=f"{self.tls_dir}/client.key",
+        )
+        return parse_endpoints(self.endpoint, tls=tls)
 
     @property
     def min_nodes(self) -> int:
@@ -178,7 +201,7 @@ def _ours(case: Case, nodes: list[str], ready: Connection, start: Any) -> list[N
     keys = RendezvousKeys.of(JobKeys("/bench", case.run_id))
 
     async def main() -> list[NodeResult]:
-        clients = [EtcdClient(case.endpoint, request_timeout=60) for _ in nodes]
+        clients = [EtcdClient(case.endpoints(), request_timeout=60) for _ in nodes]
         leases = [LeaseKeeper(c, case.lease_ttl) for c in clients]
         # Connected (watch stream open) and holding a lease before the start signal, like an
         # agent that is up.
@@ -401,12 +424,12 @@ def worker(conn: Connection, start: Any) -> None:
         if msg is None:
             return
         case, nodes = msg
-        fn = _ours if case.candidate == "ours" else _torch
+        fn = _ours if case.candidate in OURS else _torch
         # A hung case says where: every thread's stack, and (ours) every task's await chain.
         faulthandler.dump_traceback_later(CASE_TIMEOUT + HANG_MARGIN / 2)
         try:
             results = fn(case, nodes, conn, start)
-            if case.candidate == "ours":
+            if case.candidate in OURS:
                 conn.send((results, _cpu() - _START_CPU[0]))
                 conn.recv()
         except Exception as exc:  # report, keep the pool alive
@@ -421,10 +444,36 @@ def worker(conn: Connection, start: Any) -> None:
 
 
 class Etcd:
-    def __init__(self) -> None:
+    """A single-member etcd on loopback; ``tls``: clients must present a certificate of a CA
+    made here (``tls_dir`` holds ``ca.crt``, ``client.crt`` and ``client.key``)."""
+
+    def __init__(self, tls: bool = False) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="ej-bench-etcd-", dir="/dev/shm"))
         self.port, peer = free_port(), free_port()
-        client, peer_url = f"http://127.0.0.1:{self.port}", f"http://127.0.0.1:{peer}"
+        scheme = "https" if tls else "http"
+        client, peer_url = f"{scheme}://127.0.0.1:{self.port}", f"http://127.0.0.1:{peer}"
+        self.tls_dir: str | None = None
+        tls_args: list[str] = []
+        ctl_args: list[str] = []
+        if tls:
+            made = pki.generate("bench", "bench", "bench-etcd", datetime.now(UTC))
+            files = self.dir / "tls"
+            files.mkdir()
+            for name, text in made.secret_data().items():
+                (files / name).write_text(text)
+                (files / name).chmod(0o600)
+            self.tls_dir = str(files)
+            tls_args = [
+                "--client-cert-auth",
+                f"--trusted-ca-file={files / pki.CA_CERT}",
+                f"--cert-file={files / pki.SERVER_CERT}",
+                f"--key-file={files / pki.SERVER_KEY}",
+            ]
+            ctl_args = [
+                f"--cacert={files / pki.CA_CERT}",
+                f"--cert={files / pki.CLIENT_CERT}",
+                f"--key={files / pki.CLIENT_KEY}",
+            ]
         binary = shutil.which("etcd")
         if binary is None:
             raise SystemExit("etcd not found: run scripts/setup.sh")
@@ -438,6 +487,7 @@ class Etcd:
                 f"--initial-advertise-peer-urls={peer_url}",
                 f"--initial-cluster=default={peer_url}",
                 "--log-level=error",
+                *tls_args,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -445,7 +495,7 @@ class Etcd:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             ok = subprocess.run(
-                ["etcdctl", f"--endpoints=127.0.0.1:{self.port}", "endpoint", "health"],
+                ["etcdctl", f"--endpoints={client}", *ctl_args, "endpoint", "health"],
                 capture_output=True,
                 env=dict(os.environ, ETCDCTL_API="3"),
                 check=False,
@@ -457,7 +507,7 @@ class Etcd:
 
     @property
     def endpoint(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{'https://' if self.tls_dir else ''}127.0.0.1:{self.port}"
 
     def close(self) -> None:
         self.proc.kill()
@@ -486,12 +536,9 @@ class Row:
         return (self.client_cpu + self.server_cpu) / self.case.n
 
 
-ETCD_PID = [0]
-
-
-def etcd_cpu() -> float:
-    """CPU seconds etcd has used so far (utime + stime from /proc)."""
-    fields = Path(f"/proc/{ETCD_PID[0]}/stat").read_text().rsplit(")", 1)[1].split()
+def etcd_cpu(pid: int) -> float:
+    """CPU seconds etcd ``pid`` has used so far (utime + stime from /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -505,7 +552,7 @@ def _recv(conn: Connection, deadline: float) -> Any:
     return conn.recv()
 
 
-def run_case(case: Case, pool: list[tuple[Any, Connection]], start: Any) -> Row:
+def run_case(case: Case, pool: list[tuple[Any, Connection]], start: Any, etcd_pid: int) -> Row:
     master = None
     if case.candidate == "torch-c10d":
         master = TCPStore(
@@ -526,7 +573,7 @@ def run_case(case: Case, pool: list[tuple[Any, Connection]], start: Any) -> Row:
         if _recv(conn, setup_deadline) != "ready":
             raise RuntimeError("worker not ready")
     time.sleep(0.2)
-    server_before = etcd_cpu() if case.candidate != "torch-c10d" else _cpu()
+    server_before = etcd_cpu(etcd_pid) if case.candidate != "torch-c10d" else _cpu()
     t0 = time.time()
     start.set()
     deadline = time.monotonic() + CASE_TIMEOUT + HANG_MARGIN
@@ -536,7 +583,7 @@ def run_case(case: Case, pool: list[tuple[Any, Connection]], start: Any) -> Row:
         part, part_cpu = _recv(conn, deadline)
         results.extend(part)
         cpu += part_cpu
-    server_cpu = (etcd_cpu() if case.candidate != "torch-c10d" else _cpu()) - server_before
+    server_cpu = (etcd_cpu(etcd_pid) if case.candidate != "torch-c10d" else _cpu()) - server_before
     for conn, _ in active:
         conn.send("cleanup")
     for conn, _ in active:
@@ -601,7 +648,7 @@ def main() -> int:
         # An unknown name once ran silently as last-call: a 1 s wait measured as our latency.
         parser.error(f"unknown scenario(s) {unknown}: choose from {SCENARIOS}")
     candidates = [c for c in args.candidates.split(",") if c]
-    bad = [c for c in candidates if c not in ("ours", "torch-c10d", "torch-etcd-v3")]
+    bad = [c for c in candidates if c not in CANDIDATES]
     if bad:
         parser.error(f"unknown candidate(s) {bad}")
     if args.repeat < 1:
@@ -616,7 +663,7 @@ def main() -> int:
     start = ctx.Event()
     pool: list[tuple[Any, Connection]] = []
     etcd = Etcd()
-    ETCD_PID[0] = etcd.proc.pid
+    tls_etcd = Etcd(tls=True) if "ours-tls" in candidates else None
     rows: list[Row] = []
     hung = False
     try:
@@ -625,23 +672,25 @@ def main() -> int:
                 for candidate in candidates:
                     if n not in sizes and candidate != "ours":
                         continue
+                    server = tls_etcd if candidate == "ours-tls" and tls_etcd else etcd
                     for _ in range(args.repeat):
                         case = Case(
                             candidate,
                             scenario,
                             n,
-                            etcd.endpoint,
+                            server.endpoint,
                             free_port(),
                             f"{candidate}-{scenario}-{n}-{uuid.uuid4().hex[:6]}",
                             args.path,
                             args.lease_ttl,
+                            server.tls_dir,
                         )
                         # Fresh worker processes for every case: grpc's asyncio layer is bound
                         # to one event loop per process, and a case must not inherit the last
                         # one's (its late callbacks hit a closed loop and can wedge new calls).
                         _stop(pool)
                         pool = _spawn(ctx, args.workers, start)
-                        row = run_case(case, pool, start)
+                        row = run_case(case, pool, start, server.proc.pid)
                         rows.append(row)
                         print(_format(row), flush=True)
     except Hung as exc:
@@ -649,6 +698,8 @@ def main() -> int:
         print(f"HUNG: {exc}", flush=True)
     finally:
         etcd.close()
+        if tls_etcd is not None:
+            tls_etcd.close()
         _stop(pool)
     print()
     print(_table(rows, args.repeat))
@@ -679,7 +730,7 @@ def _table(rows: list[Row], repeat: int) -> str:
     lines = [
         "| scenario | N | candidate | runs | total (s) | of which rendezvous (s) "
         "| last join -> last env (s) | requests/node | failed CAS | errors | CPU ms/node "
-        "| torch / ours |",
+        "| vs ours |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     groups: dict[tuple[str, int, str], list[Row]] = {}
@@ -700,7 +751,7 @@ def _table(rows: list[Row], repeat: int) -> str:
         rdzvs = [r.rendezvous for r in rs if r.rendezvous is not None]
         rdzv = f"{_median(rdzvs):.3f}" if rdzvs else "-"
         base = ours.get((scenario, n))
-        ratio = f"{total / base:.1f}x" if base and candidate != "ours" else ""
+        ratio = f"{total / base:.2f}x" if base and candidate != "ours" else ""
         lines.append(
             f"| {scenario} | {n} | {candidate} | {len(rs)} | {total:.3f}{spread} | {rdzv} | {alj} "
             f"| {_median([r.requests_per_node for r in rs]):.1f} "

@@ -49,6 +49,7 @@ import argparse
 import asyncio
 import contextlib
 import faulthandler
+import itertools
 import multiprocessing as mp
 import os
 import resource
@@ -669,30 +670,31 @@ def main() -> int:
     try:
         for scenario in scenarios:
             for n in sorted({*sizes, *ours_sizes}):
-                for candidate in candidates:
+                # Repeats interleave the candidates: a change in the machine's load over the run
+                # then weighs on each of them alike.
+                for _, candidate in itertools.product(range(args.repeat), candidates):
                     if n not in sizes and candidate != "ours":
                         continue
                     server = tls_etcd if candidate == "ours-tls" and tls_etcd else etcd
-                    for _ in range(args.repeat):
-                        case = Case(
-                            candidate,
-                            scenario,
-                            n,
-                            server.endpoint,
-                            free_port(),
-                            f"{candidate}-{scenario}-{n}-{uuid.uuid4().hex[:6]}",
-                            args.path,
-                            args.lease_ttl,
-                            server.tls_dir,
-                        )
-                        # Fresh worker processes for every case: grpc's asyncio layer is bound
-                        # to one event loop per process, and a case must not inherit the last
-                        # one's (its late callbacks hit a closed loop and can wedge new calls).
-                        _stop(pool)
-                        pool = _spawn(ctx, args.workers, start)
-                        row = run_case(case, pool, start, server.proc.pid)
-                        rows.append(row)
-                        print(_format(row), flush=True)
+                    case = Case(
+                        candidate,
+                        scenario,
+                        n,
+                        server.endpoint,
+                        free_port(),
+                        f"{candidate}-{scenario}-{n}-{uuid.uuid4().hex[:6]}",
+                        args.path,
+                        args.lease_ttl,
+                        server.tls_dir,
+                    )
+                    # Fresh worker processes for every case: grpc's asyncio layer is bound
+                    # to one event loop per process, and a case must not inherit the last
+                    # one's (its late callbacks hit a closed loop and can wedge new calls).
+                    _stop(pool)
+                    pool = _spawn(ctx, args.workers, start)
+                    row = run_case(case, pool, start, server.proc.pid)
+                    rows.append(row)
+                    print(_format(row), flush=True)
     except Hung as exc:
         hung = True
         print(f"HUNG: {exc}", flush=True)

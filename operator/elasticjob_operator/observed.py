@@ -13,6 +13,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from elasticjob_agent.protocol.failure import WorkerFailure, from_termination_message
 from elasticjob_agent.protocol.health import HealthReport
 
 from . import names
@@ -121,6 +122,10 @@ class PodView:
     """The kubelet reports the pod ``Ready`` (for etcd: its readiness probe on ``/health``)."""
     gated: bool = False
     """Kueue's admission gate holds it (``kueue.admission_gated``)."""
+    last_failure: WorkerFailure | None = None
+    """The root cause its agent left in the main container's termination message, once that
+    container terminated (the kubelet keeps it after the agent, and its health report, are
+    gone)."""
     start_failure: StartFailure | None = None
     """Why the kubelet cannot start one of its containers (``None`` while nothing blocks it)."""
 
@@ -182,7 +187,7 @@ def pod_view(pod: Mapping[str, Any]) -> PodView | None:
         ):
             unschedulable = str(cond.get("message") or "unschedulable")
     main = _main_container_name(spec, role)
-    exit_code, finished_at = _container_exit(status, main)
+    exit_code, finished_at, message = _container_exit(status, main)
     name = str(meta["name"])
     return PodView(
         name=name,
@@ -200,6 +205,7 @@ def pod_view(pod: Mapping[str, Any]) -> PodView | None:
         joined=names.ANNOTATION_JOINED in (meta.get("annotations") or {}),
         ready=ready and phase is PodPhase.RUNNING,
         gated=admission_gated(spec),
+        last_failure=None if message is None else from_termination_message(message),
         start_failure=start_failure(
             status, pod=name, slot="etcd" if role == names.ROLE_ETCD else f"worker-{index}"
         ),
@@ -255,14 +261,22 @@ def _main_container_name(spec: Mapping[str, Any], role: str) -> str | None:
     return None
 
 
-def _container_exit(status: Mapping[str, Any], name: str | None) -> tuple[int | None, float | None]:
+def _container_exit(
+    status: Mapping[str, Any], name: str | None
+) -> tuple[int | None, float | None, str | None]:
+    """Exit code, finish time and termination message of the terminated main container."""
     for container in status.get("containerStatuses") or []:
         if name is not None and container.get("name") != name:
             continue
         terminated = (container.get("state") or {}).get("terminated")
         if terminated:
-            return int(terminated.get("exitCode", 1)), parse_time(terminated.get("finishedAt"))
-    return None, None
+            message = terminated.get("message")
+            return (
+                int(terminated.get("exitCode", 1)),
+                parse_time(terminated.get("finishedAt")),
+                message if isinstance(message, str) else None,
+            )
+    return None, None, None
 
 
 def parse_time(value: Any) -> float | None:

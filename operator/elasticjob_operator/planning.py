@@ -294,11 +294,19 @@ def _plan(
 # -- restarts ------------------------------------------------------------------------------------
 
 
+# Restarts whose agent recorded a root cause (a failed worker, an expired timer).
+_HAS_ROOT_CAUSE = frozenset({RestartReason.FAILURE.value, RestartReason.TIMER.value})
+
+
 def _merge_reports(draft: _Draft, observed: Observed) -> None:
     before = draft.status.restarts
     merged = restarts.merge_reports(before, observed.reports.values(), draft.status.run_id)
+    current = _current_workers(observed.workers, draft.status.attempts)
     failure = root_cause.newest_failure(
-        observed.reports, draft.status.run_id, draft.status.last_failure
+        observed.reports,
+        draft.status.run_id,
+        draft.status.last_failure,
+        {p.name: p.last_failure for p in current.values() if p.last_failure is not None},
     )
     if failure is not None:
         draft.status = draft.status.evolve(last_failure=failure.to_json())
@@ -308,7 +316,7 @@ def _merge_reports(draft: _Draft, observed: Observed) -> None:
         added = merged[reason] - before.get(reason, 0)
         if added > 0:
             cause = ""
-            if reason == RestartReason.FAILURE.value and failure is not None:
+            if reason in _HAS_ROOT_CAUSE and failure is not None:
                 cause = f"; root cause: {failure.summary()}"
             draft.event(
                 "Warning" if reason in restarts.SPENDS_BUDGET else "Normal",

@@ -9,7 +9,8 @@ Run it like any torchrun script (it reads ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK
 Rank 0 writes a checkpoint every ``--checkpoint-every`` steps (write to a temporary file, then
 rename, so a kill never leaves a torn file) and every rank resumes from the newest one on start.
 One line per event goes to stdout: ``start step=N``, ``resumed from step=N``, ``checkpoint
-step=N``, ``done step=N``. The exit code is 0 when all steps are done.
+step=N``, ``done step=N``. The exit code is 0 when all steps are done. Each rank reports every
+finished step to the agent (``elasticjob_agent.progress.report_step``; a no-op elsewhere).
 """
 
 from __future__ import annotations
@@ -26,6 +27,16 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
+
+try:
+    # Opt-in progress reporting: the agent shows the step, and with --progress-timeout restarts
+    # a group that stopped advancing. A no-op outside the agent.
+    from elasticjob_agent.progress import report_step
+except ImportError:  # the agent is not installed here (plain torchrun): report nowhere
+
+    def report_step(step: int) -> None:
+        del step
+
 
 _CHECKPOINT = re.compile(r"^step-(\d+)\.pt$")
 
@@ -121,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
             loss.backward()
             optim.step()
             done = step + 1
+            report_step(done)
             if rank == 0 and (done % args.checkpoint_every == 0 or done == args.steps):
                 save_checkpoint(ckpt_dir, done, model, optim)
                 print(f"checkpoint step={done} loss={loss.item():.4f}", flush=True)

@@ -37,7 +37,7 @@ RECONCILE_SECONDS = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
 )
 
-STALL_REASONS = ("EtcdUnavailable", "PodsUnschedulable", "WaitingForNodes")
+STALL_REASONS = ("EtcdUnavailable", "PodsUnschedulable", "WaitingForNodes", "NoProgress")
 
 _known_reasons: dict[tuple[str, str], set[str]] = {}
 

@@ -27,6 +27,9 @@ class StallReason(StrEnum):
     ETCD_UNAVAILABLE = "EtcdUnavailable"
     PODS_UNSCHEDULABLE = "PodsUnschedulable"
     WAITING_FOR_NODES = "WaitingForNodes"
+    NO_PROGRESS = "NoProgress"
+    """No rank advanced for ``spec.progressTimeoutSeconds`` (``progress.py``; not from
+    ``classify``, and never failed by ``stallTimeoutSeconds``)."""
 
 
 @dataclass(frozen=True)

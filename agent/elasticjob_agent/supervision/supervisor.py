@@ -48,6 +48,7 @@ from elasticjob_agent.supervision.restart_policy import (
 )
 from elasticjob_agent.supervision.root_cause import first_failure
 from elasticjob_agent.supervision.worker_env import AgentKnobs, GroupContext, worker_env
+from elasticjob_agent.timers.steps import StepProgress, is_hung
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +90,7 @@ class Workers(Protocol):
 class Timers(Protocol):
     def reset(self, pids: frozenset[int]) -> None: ...
     def expired(self) -> list[tuple[int, str]]: ...
+    def steps(self) -> StepProgress | None: ...
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,8 @@ class SupervisorSettings:
     etcd_timeout: float
     local_addr: str | None
     knobs: AgentKnobs
+    progress_timeout: float | None = None
+    """``--progress-timeout``: restart with reason ``hang`` after this long without a step."""
 
 
 class _Exit(Exception):
@@ -325,6 +329,15 @@ class Supervisor:
                     self._workers.kill(pid)
                 self._metrics.worker_failed(len(expired))
                 return RestartReason.TIMER
+            steps = self._timers.steps()
+            if steps is not None and is_hung(steps, self._s.progress_timeout, time.monotonic()):
+                self._events.warning(
+                    "no_progress",
+                    last_step=steps.step,
+                    seconds=f"{time.time() - steps.at:.1f}",
+                    progress_timeout_s=self._s.progress_timeout,
+                )
+                return RestartReason.HANG
             codes = self._workers.exit_codes()
             self._status.update(
                 workers=tuple(

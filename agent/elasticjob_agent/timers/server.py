@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from elasticjob_agent.timers.steps import StepProgress, first_step
 from elasticjob_agent.timers.table import TimerMessage, TimerMessageError, TimerTable
 
 logger = logging.getLogger(__name__)
@@ -18,9 +19,16 @@ logger = logging.getLogger(__name__)
 class TimerServer:
     """Receives ``timer.expires`` messages at ``path``; thread-safe queries for the supervisor."""
 
-    def __init__(self, path: str, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        path: str,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.path = path
         self._clock = clock
+        self._monotonic = monotonic
+        self._steps: StepProgress | None = None
         self._table = TimerTable()
         self._lock = threading.Lock()
         self._last_progress: float | None = None
@@ -49,11 +57,22 @@ class TimerServer:
             with self._lock:
                 if self._table.apply(msg):
                     self._last_progress = self._clock()
+                    if msg.step is not None:
+                        self._note_step(msg.step)
+
+    def _note_step(self, step: int) -> None:
+        at, mono = self._last_progress or self._clock(), self._monotonic()
+        self._steps = (
+            first_step(step, at, mono)
+            if self._steps is None
+            else self._steps.observe(step, at, mono)
+        )
 
     def reset(self, pids: frozenset[int]) -> None:
         with self._lock:
             self._table.reset(pids)
             self._last_progress = self._clock()
+            self._steps = None
 
     def expired(self) -> list[tuple[int, str]]:
         with self._lock:
@@ -63,6 +82,11 @@ class TimerServer:
     def last_progress(self) -> float | None:
         with self._lock:
             return self._last_progress
+
+    def steps(self) -> StepProgress | None:
+        """The group's step progress since the last ``reset`` (``None``: no step yet)."""
+        with self._lock:
+            return self._steps
 
     def close(self) -> None:
         self._stopped.set()

@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+MAX_STEP = 2**53
+"""Largest step a worker may report (exact in every JSON implementation, like the report's)."""
+
 
 class TimerMessageError(ValueError):
     """A datagram on the timer socket is not a timer message."""
@@ -16,6 +19,8 @@ class TimerMessage:
     pid: int
     scope: str = "default"
     deadline: float | None = None
+    step: int | None = None
+    """``op == "step"``: the training step the worker reports (``progress.report_step``)."""
 
     @classmethod
     def decode(cls, raw: bytes) -> TimerMessage:
@@ -25,12 +30,15 @@ class TimerMessage:
             pid = data["pid"]
         except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as exc:
             raise TimerMessageError(f"not a timer message: {raw[:200]!r}") from exc
-        if op not in ("acquire", "release", "heartbeat") or not isinstance(pid, int):
+        if op not in ("acquire", "release", "heartbeat", "step") or not isinstance(pid, int):
             raise TimerMessageError(f"not a timer message: {raw[:200]!r}")
         deadline = data.get("deadline")
         if op == "acquire" and not isinstance(deadline, int | float):
             raise TimerMessageError(f"acquire without a numeric deadline: {raw[:200]!r}")
-        return cls(op, pid, str(data.get("scope", "default")), deadline)
+        step = data.get("step")
+        if op == "step" and (type(step) is not int or not 0 <= step <= MAX_STEP):
+            raise TimerMessageError(f"step without an integer in 0..{MAX_STEP}: {raw[:200]!r}")
+        return cls(op, pid, str(data.get("scope", "default")), deadline, step)
 
 
 @dataclass

@@ -12,6 +12,7 @@ from elasticjob_operator.conditions import ConditionType, find_condition
 from elasticjob_operator.progress import GroupProgress, ProgressState
 from elasticjob_operator.spec import SpecError
 from elasticjob_operator.status import JobStatus
+from prometheus_client import REGISTRY
 
 from tests.unit.operator.opfixtures import RUN_ID, T0, Cluster, job_spec, report, step
 
@@ -203,5 +204,12 @@ def test_without_the_timeout_silence_is_no_stall() -> None:
     assert result.status.progress == ProgressState(5, T0 + 2)
 
 
-def test_the_metrics_know_the_stall_reason() -> None:
+def test_the_metrics_show_progress_and_the_stall_reason() -> None:
     assert "NoProgress" in metrics.STALL_REASONS
+    metrics.publish("ns", "progress-metrics", JobStatus(progress=ProgressState(42, T0, 2.5)))
+    try:
+        labels = {"namespace": "ns", "job": "progress-metrics"}
+        assert REGISTRY.get_sample_value("elasticjob_job_step", labels) == 42
+        assert REGISTRY.get_sample_value("elasticjob_job_steps_per_second", labels) == 2.5
+    finally:
+        metrics.forget("ns", "progress-metrics")

@@ -9,6 +9,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from elasticjob_agent.timers.steps import StepProgress, first_step
 from elasticjob_agent.timers.table import TimerMessage, TimerMessageError, TimerTable
@@ -55,10 +56,24 @@ class TimerServer:
                 logger.warning("ignoring a bad timer message: %s", exc)
                 continue
             with self._lock:
+                if msg.op in ("step", "heartbeat"):
+                    msg = self._from_worker(msg)
                 if self._table.apply(msg):
                     self._last_progress = self._clock()
                     if msg.step is not None:
                         self._note_step(msg.step)
+
+    def _from_worker(self, msg: TimerMessage) -> TimerMessage:
+        """A sign of progress from a process in a worker's session counts as the worker's
+        (each worker leads its own session: a script run by a shell wrapper, with
+        ``--no-python``, is the wrapper's child). Only for progress: a timer kills its pid."""
+        if msg.pid in self._table.pids:
+            return msg
+        try:
+            session = os.getsid(msg.pid)
+        except OSError:  # gone already, or not ours to ask about
+            return msg
+        return replace(msg, pid=session) if session in self._table.pids else msg
 
     def _note_step(self, step: int) -> None:
         at, mono = self._last_progress or self._clock(), self._monotonic()

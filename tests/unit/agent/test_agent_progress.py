@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -21,6 +23,8 @@ from elasticjob_agent.timers import TIMER_SOCKET_ENV
 from elasticjob_agent.timers.server import TimerServer
 from elasticjob_agent.timers.steps import StepProgress, first_step, is_hung
 from elasticjob_agent.timers.table import MAX_STEP, TimerMessage, TimerMessageError
+
+AGENT_DIR = str(Path(__file__).resolve().parents[3] / "agent")
 
 
 @pytest.mark.parametrize(
@@ -108,6 +112,34 @@ def test_steps_reach_the_server_from_group_pids_only(
         server.reset(frozenset({os.getpid()}))  # a new group starts without a step
         assert server.steps() is None
     finally:
+        server.close()
+
+
+def test_steps_from_a_process_in_a_workers_session_count(tmp_path: Path) -> None:
+    """A worker leads its own session; a script its shell wrapper runs reports for it."""
+    server = TimerServer(str(tmp_path / "t.sock"))
+    report = f"import sys; sys.path.insert(0, {AGENT_DIR!r}); "
+    report += "from elasticjob_agent.progress import report_step; report_step(3)"
+    wrapper = subprocess.Popen(
+        ["sh", "-c", 'read go; "$0" -c "$1"; exit $?', sys.executable, report],
+        stdin=subprocess.PIPE,
+        env={**os.environ, TIMER_SOCKET_ENV: server.path},
+        start_new_session=True,
+    )
+    try:
+        server.reset(frozenset({wrapper.pid}))  # the worker: the session leader
+        assert wrapper.stdin is not None
+        wrapper.stdin.write(b"go\n")
+        wrapper.stdin.close()
+        assert wrapper.wait(60) == 0
+        deadline = time.monotonic() + 10
+        while server.steps() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        progress = server.steps()
+        assert progress is not None and progress.step == 3
+    finally:
+        wrapper.kill()
+        wrapper.wait()
         server.close()
 
 

@@ -20,7 +20,6 @@ without it the fixture fails loudly, it never skips.
 from __future__ import annotations
 
 import datetime
-import ipaddress
 import os
 import shutil
 import signal
@@ -32,13 +31,9 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from elasticjob_operator import pki
 
 _START_TIMEOUT = 20.0
 
@@ -66,94 +61,25 @@ class TlsMaterial:
     stranger_key: Path
 
 
-def _key() -> Any:
-
-    return ec.generate_private_key(ec.SECP256R1())
-
-
-def _write(path: Path, cert: Any, key: Any) -> None:
-
-    path.with_suffix(".crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    path.with_suffix(".key").write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-
-
-def _certificate(
-    subject: str, key: Any, issuer: tuple[Any, Any] | None, *, server: bool = False
-) -> Any:
-    """A certificate for ``key``, signed by ``issuer`` (cert, key) or self-signed CA if None."""
-
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
-    now = datetime.datetime.now(datetime.UTC)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(issuer[0].subject if issuer else name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-    )
-    if issuer is None:
-        builder = builder.add_extension(x509.BasicConstraints(ca=True, path_length=0), True)
-        builder = builder.add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            True,
-        )
-    else:
-        builder = builder.add_extension(x509.BasicConstraints(ca=False, path_length=None), True)
-        usages = [ExtendedKeyUsageOID.SERVER_AUTH] if server else []
-        usages.append(ExtendedKeyUsageOID.CLIENT_AUTH)
-        builder = builder.add_extension(x509.ExtendedKeyUsage(usages), False)
-        if server:
-            builder = builder.add_extension(
-                x509.SubjectAlternativeName(
-                    [
-                        x509.DNSName("localhost"),
-                        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-                    ]
-                ),
-                False,
-            )
-    signer = issuer[1] if issuer else key
-    return builder.sign(signer, hashes.SHA256())
-
-
 def make_tls_material(directory: Path) -> TlsMaterial:
-    """Generate a CA, a server and a client certificate, and a stranger CA's client cert."""
+    """The operator's own certificates for a job's etcd (``pki.generate``: the server
+    certificate names localhost and 127.0.0.1), and the client certificate of another job's CA."""
     directory.mkdir(parents=True, exist_ok=True)
-    ca_key = _key()
-    ca = _certificate("elasticjob-test-ca", ca_key, None)
-    _write(directory / "ca", ca, ca_key)
-    server_key = _key()
-    _write(
-        directory / "server",
-        _certificate("etcd", server_key, (ca, ca_key), server=True),
-        server_key,
-    )
-    client_key = _key()
-    _write(directory / "client", _certificate("agent", client_key, (ca, ca_key)), client_key)
-    stranger_ca_key = _key()
-    stranger_ca = _certificate("another-tenant-ca", stranger_ca_key, None)
-    _write(directory / "stranger-ca", stranger_ca, stranger_ca_key)
-    stranger_key = _key()
-    stranger = _certificate("intruder", stranger_key, (stranger_ca, stranger_ca_key))
-    _write(directory / "stranger", stranger, stranger_key)
+    now = datetime.datetime.now(datetime.UTC)
+    ours = pki.generate("tests", "integration", "etcd", now)
+    theirs = pki.generate("another-tenant", "integration", "etcd", now)
+    files = {
+        "ca.crt": ours.ca_cert,
+        "server.crt": ours.server_cert,
+        "server.key": ours.server_key,
+        "client.crt": ours.client_cert,
+        "client.key": ours.client_key,
+        "stranger-ca.crt": theirs.ca_cert,
+        "stranger.crt": theirs.client_cert,
+        "stranger.key": theirs.client_key,
+    }
+    for name, pem in files.items():
+        (directory / name).write_text(pem)
     return TlsMaterial(
         ca=directory / "ca.crt",
         server_cert=directory / "server.crt",

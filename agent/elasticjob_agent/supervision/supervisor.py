@@ -8,7 +8,6 @@ and go around again. Terminal outcomes are ``ExitCode`` values (protocol/exit_co
 
 from __future__ import annotations
 
-import json
 import logging
 import socket
 import threading
@@ -349,8 +348,6 @@ class Supervisor:
             if failures:
                 self._metrics.worker_failed(len(failures))
                 self._events.warning("worker_failed", exit_codes=failures)
-                for lr in failures:
-                    self._log_error_file(lr)
                 self._record_root_cause(failures)
                 return RestartReason.FAILURE
             if codes and all(c == 0 for c in codes.values()):
@@ -379,24 +376,12 @@ class Supervisor:
             )
             for lr, code in sorted(failures.items())
         ]
+        for record in records:
+            self._events.warning("worker_error", failure=record.summary()[:500])
         first = first_failure(records)
         self._status.update(last_failure=first)
         self._events.warning("root_cause", failure=first.summary()[:1000])
         write_termination_message(first)
-
-    def _log_error_file(self, local_rank: int) -> None:
-        """Workers wrapped in torch's ``@record`` leave their exception in the error file."""
-        path = self._workers.error_file(self._attempt, local_rank)
-        try:
-            message = json.loads(path.read_text())["message"]
-        except (OSError, ValueError, KeyError, TypeError):
-            return
-        if isinstance(message, dict):
-            message = message.get("message", message)
-        text = str(message).strip().splitlines()
-        self._events.warning(
-            "worker_error", local_rank=local_rank, error=repr(text[-1][:500] if text else "")
-        )
 
     def _membership_change(self) -> RestartReason | None:
         try:

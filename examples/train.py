@@ -31,11 +31,14 @@ from torch.nn.parallel import DistributedDataParallel
 try:
     # Opt-in progress reporting: the agent shows the step, and with --progress-timeout restarts
     # a group that stopped advancing. A no-op outside the agent.
-    from elasticjob_agent.progress import report_step
+    from elasticjob_agent.progress import report_done, report_step
 except ImportError:  # the agent is not installed here (plain torchrun): report nowhere
 
     def report_step(step: int) -> None:
         del step
+
+    def report_done() -> None:
+        pass
 
 
 _CHECKPOINT = re.compile(r"^step-(\d+)\.pt$")
@@ -138,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"checkpoint step={done} loss={loss.item():.4f}", flush=True)
             if args.step_sleep:
                 time.sleep(args.step_sleep)
+        # The loop is over: the final barrier and the teardown are not watched for hangs.
+        report_done()
         # Nobody leaves before rank 0's last checkpoint is on disk.
         dist.barrier()
         print(f"done step={args.steps} rank={rank} loss={loss.item():.4f}", flush=True)

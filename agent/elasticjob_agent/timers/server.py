@@ -56,12 +56,14 @@ class TimerServer:
                 logger.warning("ignoring a bad timer message: %s", exc)
                 continue
             with self._lock:
-                if msg.op in ("step", "heartbeat"):
+                if msg.op in ("step", "done", "heartbeat"):
                     msg = self._from_worker(msg)
                 if self._table.apply(msg):
                     self._last_progress = self._clock()
                     if msg.step is not None:
                         self._note_step(msg.step)
+                    elif msg.op == "done" and self._steps is not None:
+                        self._steps = self._steps.finish()
 
     def _from_worker(self, msg: TimerMessage) -> TimerMessage:
         """A sign of progress from a process in a worker's session counts as the worker's

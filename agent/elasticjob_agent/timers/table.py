@@ -30,7 +30,8 @@ class TimerMessage:
             pid = data["pid"]
         except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as exc:
             raise TimerMessageError(f"not a timer message: {raw[:200]!r}") from exc
-        if op not in ("acquire", "release", "heartbeat", "step") or not isinstance(pid, int):
+        known = ("acquire", "release", "heartbeat", "step", "done")
+        if op not in known or not isinstance(pid, int):
             raise TimerMessageError(f"not a timer message: {raw[:200]!r}")
         deadline = data.get("deadline")
         if op == "acquire" and not isinstance(deadline, int | float):

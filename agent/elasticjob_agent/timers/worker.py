@@ -63,6 +63,12 @@ def report_step(step: int) -> None:
     _send({"op": "step", "pid": os.getpid(), "step": step})
 
 
+def report_done() -> None:
+    """Tell the agent this worker's training loop is over (``elasticjob_agent.progress``): what
+    follows (a final checkpoint, teardown) is not watched by ``--progress-timeout``."""
+    _send({"op": "done", "pid": os.getpid()})
+
+
 def heartbeat() -> None:
     """Tell the agent this worker is making progress (shown as ``lastProgress``)."""
     _send({"op": "heartbeat", "pid": os.getpid()})

@@ -26,7 +26,7 @@ def test_a_hung_rank_restarts_the_group_once_as_hang(
 ) -> None:
     ep, run_id = etcd_server_session.endpoint, f"t-{uuid.uuid4().hex[:10]}"
     flags = [*rdzv_flags(ep, run_id, "2:2"), "--nproc-per-node", "1", "--max-restarts", "1"]
-    flags += ["--progress-timeout", "5"]
+    flags += ["--progress-timeout", "10"]
     script = str(SCRIPTS / "hang_once.py")
     a = spawn_agent("a", [*flags, script])
     b = spawn_agent("b", [*flags, script])

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from elasticjob_agent.health.status import AgentStatus
-from elasticjob_agent.progress import report_step
+from elasticjob_agent.progress import report_done, report_step
 from elasticjob_agent.protocol.health import (
     AgentState,
     EtcdStatus,
@@ -34,6 +34,7 @@ AGENT_DIR = str(Path(__file__).resolve().parents[3] / "agent")
         ({"op": "step", "pid": 7, "step": 12}, 12),
         ({"op": "step", "pid": 7, "step": MAX_STEP}, MAX_STEP),
         ({"op": "heartbeat", "pid": 7}, None),
+        ({"op": "done", "pid": 7}, None),
     ],
 )
 def test_step_messages_decode(raw: dict[str, object], step: int | None) -> None:
@@ -64,6 +65,8 @@ def test_bad_step_messages_are_refused(raw: dict[str, object]) -> None:
         (first_step(3, 50.0, 100.0), 5.0, 104.9, False),
         (first_step(3, 50.0, 100.0), 5.0, 105.0, True),
         (first_step(3, 50.0, 100.0).observe(3, 60.0, 110.0), 5.0, 114.0, False),  # a repeat
+        (first_step(3, 50.0, 100.0).finish(), 5.0, 1000.0, False),  # the loop is over
+        (first_step(3, 50.0, 100.0).finish().observe(4, 60.0, 110.0), 5.0, 1000.0, False),
     ],
 )
 def test_the_hang_rule(
@@ -109,6 +112,11 @@ def test_steps_reach_the_server_from_group_pids_only(
         while server.steps() is None and time.monotonic() < deadline:
             time.sleep(0.02)
         assert server.steps() == StepProgress(7, 100.0, 100.0)
+        report_done()
+        deadline = time.monotonic() + 10
+        while not (server.steps() or StepProgress(0, 0, 0)).done and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert server.steps() == StepProgress(7, 100.0, 100.0, done=True)
         server.reset(frozenset({os.getpid()}))  # a new group starts without a step
         assert server.steps() is None
     finally:
@@ -119,7 +127,7 @@ def test_steps_from_a_process_in_a_workers_session_count(tmp_path: Path) -> None
     """A worker leads its own session; a script its shell wrapper runs reports for it."""
     server = TimerServer(str(tmp_path / "t.sock"))
     report = f"import sys; sys.path.insert(0, {AGENT_DIR!r}); "
-    report += "from elasticjob_agent.progress import report_step; report_step(3)"
+    report += "from elasticjob_agent.progress import report_done, report_step; report_step(3)"
     wrapper = subprocess.Popen(
         ["sh", "-c", 'read go; "$0" -c "$1"; exit $?', sys.executable, report],
         stdin=subprocess.PIPE,

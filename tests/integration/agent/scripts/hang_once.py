@@ -9,7 +9,7 @@ import time
 
 import torch
 import torch.distributed as dist
-from elasticjob_agent.progress import report_step
+from elasticjob_agent.progress import report_done, report_step
 
 STEPS = 20
 dist.init_process_group("gloo")
@@ -23,5 +23,6 @@ for step in range(1, STEPS + 1):
     dist.all_reduce(total)
     report_step(step)
     time.sleep(0.1)
+report_done()  # destroying the process group may be slow on a busy machine
 print(f"finished rank={rank} restarts={os.environ['TORCHELASTIC_RESTART_COUNT']}", flush=True)
 dist.destroy_process_group()

@@ -137,7 +137,7 @@ def run(args: AgentArgs) -> int:
             args.worst_case_time_to_fail,
             etcd=etcd_status,
             progress=lambda: timers.last_progress,
-            steps=lambda: None if (p := timers.steps()) is None else (p.step, p.at),
+            steps=lambda: None if (p := timers.steps()) is None else (p.step, p.at, p.done),
         )
         if args.health_port:
 

@@ -39,6 +39,8 @@ class GroupProgress:
     step: int
     at: float
     """Unix time of the newest step report (an agent's clock)."""
+    done: bool = False
+    """A worker said its training loop is over (``report_done``): silence is no hang now."""
 
 
 @dataclass(frozen=True)
@@ -90,7 +92,9 @@ def group_progress(reports: Iterable[HealthReport], run_id: str) -> GroupProgres
     if not stepped:
         return None
     return GroupProgress(
-        max(r.last_step or 0 for r in stepped), max(r.last_step_at or 0.0 for r in stepped)
+        max(r.last_step or 0 for r in stepped),
+        max(r.last_step_at or 0.0 for r in stepped),
+        any(r.steps_done for r in stepped),
     )
 
 
@@ -101,6 +105,8 @@ def advance(state: ProgressState | None, seen: GroupProgress | None) -> Progress
         return state
     if state is None:
         return ProgressState(seen.step, seen.at)
+    if seen.done and seen.step == state.step:
+        return state  # finished at this step: nothing new to sample
     elapsed = seen.at - state.at
     if elapsed < SAMPLE_SECONDS:
         return state
@@ -137,7 +143,7 @@ def no_progress(
         if seen is not None and seen.at > since:
             return None
         return NoProgress(message)
-    if seen is not None and now - seen.at >= timeout:
+    if seen is not None and not seen.done and now - seen.at >= timeout:
         return NoProgress(_message(timeout, seen, restarted=False))
     return None
 

@@ -42,7 +42,7 @@ class AgentStatus:
         *,
         etcd: Callable[[], EtcdStatus],
         progress: Callable[[], float | None] = lambda: None,
-        steps: Callable[[], tuple[int, float] | None] = lambda: None,
+        steps: Callable[[], tuple[int, float, bool] | None] = lambda: None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.run_id = run_id
@@ -78,7 +78,7 @@ class AgentStatus:
     def report(self) -> HealthReport:
         f = self.fields
         timer_progress = self._progress()
-        # (step, Unix time) of the current round; a group that is not running has none.
+        # (step, Unix time, loop over) of the current round; a group not running has none.
         steps = self._steps() if f.state is AgentState.RUNNING else None
         last_progress = max(
             (p for p in (f.last_progress, timer_progress) if p is not None), default=None
@@ -106,4 +106,5 @@ class AgentStatus:
             last_failure=f.last_failure,
             last_step=None if steps is None else steps[0],
             last_step_at=None if steps is None else steps[1],
+            steps_done=False if steps is None else steps[2],
         )

@@ -151,7 +151,7 @@ def test_steps_from_a_process_in_a_workers_session_count(tmp_path: Path) -> None
         server.close()
 
 
-def _status(steps: tuple[int, float] | None) -> AgentStatus:
+def _status(steps: tuple[int, float, bool] | None) -> AgentStatus:
     return AgentStatus(
         "run",
         "node",
@@ -164,13 +164,13 @@ def _status(steps: tuple[int, float] | None) -> AgentStatus:
 
 
 def test_the_report_carries_the_step_only_while_running() -> None:
-    status = _status((42, 1234.5))
+    status = _status((42, 1234.5, True))
     assert status.report().last_step is None  # starting
     status.update(state=AgentState.RUNNING)
     report = status.report()
-    assert (report.last_step, report.last_step_at) == (42, 1234.5)
+    assert (report.last_step, report.last_step_at, report.steps_done) == (42, 1234.5, True)
     parsed = HealthReport.loads(report.dumps())
-    assert (parsed.last_step, parsed.last_step_at) == (42, 1234.5)
+    assert (parsed.last_step, parsed.last_step_at, parsed.steps_done) == (42, 1234.5, True)
     status.update(state=AgentState.RESTARTING)
     assert status.report().last_step is None
 
@@ -184,6 +184,8 @@ def test_the_report_carries_the_step_only_while_running() -> None:
         ("lastStep", 2**53 + 1, "lastStep"),
         ("lastStepAt", -3.0, "lastStepAt"),
         ("lastStepAt", "now", "lastStepAt"),
+        ("stepsDone", 1, "stepsDone"),
+        ("stepsDone", "yes", "stepsDone"),
     ],
 )
 def test_bad_progress_fields_make_the_report_invalid(field: str, value: object, error: str) -> None:

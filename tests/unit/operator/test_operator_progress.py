@@ -35,6 +35,10 @@ def _stepped(
         ([_stepped("a", 50, 100.0), _stepped("b", 3, 95.0, round_=2)], GroupProgress(3, 95.0)),
         ([_stepped("a", 5, 100.0, run_id="other")], None),
         ([replace(_stepped("a", 5, 100.0), state=AgentState.RESTARTING)], None),
+        (
+            [replace(_stepped("a", 9, 100.0), steps_done=True), _stepped("b", 9, 99.0)],
+            GroupProgress(9, 100.0, done=True),
+        ),
     ],
 )
 def test_group_progress(reports: list[HealthReport], expected: GroupProgress | None) -> None:
@@ -52,6 +56,12 @@ def test_group_progress(reports: list[HealthReport], expected: GroupProgress | N
         (ProgressState(4, 100.0), GroupProgress(24, 110.0), ProgressState(24, 110.0, 2.0)),
         # Resumed from an older checkpoint: start again, no rate.
         (ProgressState(40, 100.0, 2.0), GroupProgress(30, 200.0), ProgressState(30, 200.0)),
+        # Finished at the sampled step: the last rate stands.
+        (
+            ProgressState(40, 100.0, 2.0),
+            GroupProgress(40, 200.0, True),
+            ProgressState(40, 100.0, 2.0),
+        ),
     ],
 )
 def test_advance(
@@ -67,6 +77,7 @@ def test_advance(
         (30, None, None, 0, 1000.0, False),  # no step yet: never a hang
         (30, GroupProgress(1, 100.0), None, 0, 129.0, False),
         (30, GroupProgress(1, 100.0), None, 0, 130.0, True),
+        (30, GroupProgress(1, 100.0, done=True), None, 0, 500.0, False),  # the loop is over
         (30, GroupProgress(1, 100.0), None, 1, 101.0, True),  # the agents counted a hang
         (30, None, (130.0, "m"), 0, 500.0, True),  # the restarted group has no step yet
         (30, GroupProgress(1, 120.0), (130.0, "m"), 0, 500.0, True),  # an old step

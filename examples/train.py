@@ -9,8 +9,10 @@ Run it like any torchrun script (it reads ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK
 Rank 0 writes a checkpoint every ``--checkpoint-every`` steps (write to a temporary file, then
 rename, so a kill never leaves a torn file) and every rank resumes from the newest one on start.
 One line per event goes to stdout: ``start step=N``, ``resumed from step=N``, ``checkpoint
-step=N``, ``done step=N``. The exit code is 0 when all steps are done. Each rank reports every
-finished step to the agent (``elasticjob_agent.progress.report_step``; a no-op elsewhere).
+step=N``, ``done step=N``. The exit code is 0 when all steps are done. ``main`` runs under
+torch's ``@record``, so an exception reaches the agent (``TORCHELASTIC_ERROR_FILE``), and
+``--fail-at-step`` injects one. Each rank reports every finished step to the agent
+(``elasticjob_agent.progress.report_step``; a no-op elsewhere).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel
 
 try:
@@ -56,6 +59,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--step-sleep", type=float, default=0.0, help="seconds to sleep per step")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--fail-at-step",
+        type=int,
+        default=None,
+        help="failure injection: --fail-rank raises a RuntimeError when it reaches this step",
+    )
+    parser.add_argument("--fail-rank", type=int, default=0, help="the rank that fails (default 0)")
+    parser.add_argument(
+        "--fail-times",
+        type=int,
+        default=1,
+        help="fail only while TORCHELASTIC_RESTART_COUNT is below this (default 1: first run)",
+    )
     args = parser.parse_args(argv)
     if args.steps < 0:
         parser.error(f"--steps must be >= 0, got {args.steps}")
@@ -98,6 +114,15 @@ def synthetic_batch(step: int, rank: int, batch_size: int) -> tuple[torch.Tensor
     return x, y
 
 
+def inject_failure(args: argparse.Namespace, rank: int, step: int) -> None:
+    """``--fail-at-step``: raise on ``--fail-rank`` at that step while the job has restarted
+    fewer than ``--fail-times`` times (under ``@record``, the agent reports the exception)."""
+    restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    if step == args.fail_at_step and rank == args.fail_rank and restarts < args.fail_times:
+        raise RuntimeError(f"injected failure at step {step} on rank {rank}")
+
+
+@record
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     rank = int(os.environ.get("RANK", "0"))
@@ -129,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         loss_fn = nn.MSELoss()
         loss = torch.tensor(0.0)
         for step in range(start, args.steps):
+            inject_failure(args, rank, step)
             x, y = synthetic_batch(step, rank, args.batch_size)
             optim.zero_grad()
             loss = loss_fn(ddp(x), y)

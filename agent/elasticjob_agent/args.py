@@ -18,7 +18,10 @@ from elasticjob_agent.protocol.health import DEFAULT_HEALTH_PORT
 from elasticjob_agent.protocol.keys import DEFAULT_PREFIX, validate_run_id
 
 BACKEND = "etcd-v3"
-_BACKEND_ALIASES = {"etcd-v3": BACKEND, "etcd": BACKEND}
+C10D = "c10d"
+"""torchrun's default: torch's own rendezvous on a TCPStore, under our supervisor."""
+_BACKEND_ALIASES = {"etcd-v3": BACKEND, "etcd": BACKEND, C10D: C10D}
+C10D_DEFAULT_PORT = 29400
 DEFAULT_ETCD_TIMEOUT = 300.0
 DEFAULT_SHUTDOWN_TIMEOUT = 30.0
 
@@ -31,6 +34,20 @@ _POSITIVE_SECONDS = (
     "etcd_timeout",
 )
 RDZV_CONF_KEYS = (*_POSITIVE_SECONDS, "key_prefix", "node_id", *TLS_KEYS, "protocol")
+# --rdzv-conf keys of torch's c10d rendezvous (DynamicRendezvousHandler + C10dRendezvousBackend),
+# each read by torch as an integer, except these two.
+_C10D_INTEGERS = (
+    "join_timeout",
+    "last_call_timeout",
+    "close_timeout",
+    "heartbeat",
+    "keep_alive_interval",
+    "keep_alive_max_attempt",
+    "read_timeout",
+    "timeout",  # torchrun always sets it; torch's c10d handler does not read it
+)
+C10D_CONF_KEYS = (*_C10D_INTEGERS, "is_host", "cas_backoff_max_seconds")
+_BOOLEANS = ("1", "true", "t", "yes", "y", "0", "false", "f", "no", "n")
 
 
 class UsageError(ValueError):
@@ -78,6 +95,10 @@ class AgentArgs:
     rdzv_endpoints: tuple[Endpoint, ...] = ()
     rdzv_id: str = "none"
     rdzv_conf: Mapping[str, str] = field(default_factory=dict)
+    rdzv_backend: str = BACKEND
+    """``etcd-v3``, or ``c10d`` (then ``c10d_endpoint`` is set and ``rdzv_endpoints`` empty)."""
+    c10d_endpoint: str = ""
+    """``host:port`` of the c10d rendezvous' TCPStore (port 29400 when not given)."""
     standalone: bool = False
     max_restarts: int = 0
     monitor_interval: float = 0.1
@@ -143,7 +164,8 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         "--rdzv-backend",
         "--rdzv_backend",
         default=BACKEND,
-        help="rendezvous backend: etcd-v3 (default; 'etcd' is an alias)",
+        help="rendezvous backend: etcd-v3 (default; 'etcd' is an alias), or c10d (torch's own; "
+        "restarts are then counted per node, as torchrun does)",
     )
     valued(
         "--rdzv-endpoint",
@@ -328,6 +350,62 @@ def parse_rdzv_conf(text: str) -> dict[str, str]:
     return conf
 
 
+def parse_c10d_conf(text: str) -> dict[str, str]:
+    """``--rdzv-conf`` for ``--rdzv-backend c10d``: torch's keys, checked as torch reads them
+    (whole numbers of seconds), so a bad value exits 2 before anything starts."""
+    conf: dict[str, str] = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key or not value:
+            raise UsageError(f"--rdzv-conf item {item!r} must be key=value")
+        if key not in C10D_CONF_KEYS:
+            raise UsageError(
+                f"--rdzv-conf: key {key!r} is not one of the c10d backend's: "
+                f"{', '.join(C10D_CONF_KEYS)}"
+            )
+        if key in _C10D_INTEGERS and not (value.isdigit() and int(value) > 0):
+            raise UsageError(f"--rdzv-conf {key} {value!r} must be a positive whole number")
+        if key == "is_host" and value.lower() not in _BOOLEANS:
+            raise UsageError(f"--rdzv-conf is_host {value!r} must be true or false (1 or 0)")
+        if key == "cas_backoff_max_seconds":
+            _non_negative("--rdzv-conf cas_backoff_max_seconds", value)
+        conf[key] = value
+    return conf
+
+
+def parse_c10d_endpoint(text: str) -> str:
+    """The c10d store's ``host[:port]`` (torch's default port 29400), as ``host:port``."""
+    text = text.strip()
+    if not text:
+        raise UsageError("--rdzv-endpoint host[:port] is required with --rdzv-backend c10d")
+    if "://" in text or "," in text:
+        raise UsageError(
+            f"--rdzv-endpoint {text!r}: the c10d backend takes one host[:port], without a scheme"
+        )
+    if text.startswith("["):  # [IPv6]:port
+        host, _, rest = text[1:].partition("]")
+        port_text = rest[1:] if rest.startswith(":") else ""
+        if rest and not rest.startswith(":"):
+            raise UsageError(f"--rdzv-endpoint {text!r} is not [host]:port")
+        host_part = f"[{host}]"
+    else:
+        host, sep, port_text = text.rpartition(":")
+        if not sep:
+            host, port_text = text, ""
+        host_part = host
+    if not host or not re.fullmatch(r"[\w.:-]+", host):
+        raise UsageError(f"--rdzv-endpoint {text!r}: {host!r} is not a host name or address")
+    port = C10D_DEFAULT_PORT
+    if port_text:
+        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+            raise UsageError(f"--rdzv-endpoint {text!r}: port {port_text!r} is not a port")
+        port = int(port_text)
+    return f"{host_part}:{port}"
+
+
 def parse_std_spec(name: str, text: str) -> str:
     """Validate torchrun's ``-r``/``-t`` spec: ``0``-``3`` or ``local_rank:0-3,...``."""
     if re.fullmatch(r"[0-3]", text) or re.fullmatch(r"\d+:[0-3](,\d+:[0-3])*", text):
@@ -341,15 +419,24 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> AgentArgs:
     backend = _BACKEND_ALIASES.get(ns.rdzv_backend)
     if backend is None:
         raise UsageError(
-            f"--rdzv-backend {ns.rdzv_backend!r} is not supported: use etcd-v3 "
+            f"--rdzv-backend {ns.rdzv_backend!r} is not supported: use etcd-v3 or c10d "
             "(or --standalone for a one-node run)"
         )
     min_nodes, max_nodes = parse_nnodes(ns.nnodes)
-    conf = parse_rdzv_conf(ns.rdzv_conf)
     standalone = bool(ns.standalone)
-    endpoints: tuple[Endpoint, ...] = ()
-    rdzv_id = ns.rdzv_id
     if standalone:
+        backend = BACKEND  # as torchrun's --standalone overrides the backend (ours: etcd)
+    conf = parse_c10d_conf(ns.rdzv_conf) if backend == C10D else parse_rdzv_conf(ns.rdzv_conf)
+    endpoints: tuple[Endpoint, ...] = ()
+    c10d_endpoint = ""
+    rdzv_id = ns.rdzv_id
+    if backend == C10D:
+        c10d_endpoint = parse_c10d_endpoint(ns.rdzv_endpoint)
+        try:
+            validate_run_id(rdzv_id)
+        except ValueError as exc:
+            raise UsageError(f"--rdzv-id: {exc}") from None
+    elif standalone:
         min_nodes = max_nodes = 1
         if any(k in conf for k in (*TLS_KEYS, "protocol")):
             raise UsageError(
@@ -377,7 +464,11 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> AgentArgs:
     if ns.module and ns.no_python:
         raise UsageError("--module and --no-python cannot be used together")
     max_restarts = _non_negative_int("--max-restarts", ns.max_restarts)
-    etcd_timeout_text = ns.etcd_timeout or conf.get("etcd_timeout") or str(DEFAULT_ETCD_TIMEOUT)
+    etcd_timeout_text = (
+        ns.etcd_timeout
+        or (conf.get("etcd_timeout") if backend == BACKEND else None)
+        or str(DEFAULT_ETCD_TIMEOUT)
+    )
     health_port = _non_negative_int("--health-port", ns.health_port)
     if health_port > 65535:
         raise UsageError(f"--health-port {health_port} is not a port number")
@@ -407,6 +498,8 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> AgentArgs:
         rdzv_endpoints=endpoints,
         rdzv_id=rdzv_id,
         rdzv_conf=conf,
+        rdzv_backend=backend,
+        c10d_endpoint=c10d_endpoint,
         standalone=standalone,
         max_restarts=max_restarts,
         monitor_interval=_positive("--monitor-interval", ns.monitor_interval),

@@ -12,15 +12,16 @@ import socket
 import sys
 import tempfile
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 # First: it must run before anything imports grpc (the etcd session does).
 from elasticjob_agent._fork_safe_grpc import worker_environ
-from elasticjob_agent.args import AgentArgs, UsageError, parse_args, resolve_nproc
+from elasticjob_agent.args import C10D, AgentArgs, UsageError, parse_args, resolve_nproc
 from elasticjob_agent.etcd.session import EtcdSession
 from elasticjob_agent.health.metrics import AgentMetrics
 from elasticjob_agent.health.ports import start_with_fallback
@@ -31,11 +32,13 @@ from elasticjob_agent.pid1 import init_if_pid1
 from elasticjob_agent.protocol.exit_codes import ExitCode
 from elasticjob_agent.protocol.health import EtcdStatus
 from elasticjob_agent.protocol.keys import JobKeys
+from elasticjob_agent.rendezvous.errors import RendezvousConnectionError
 from elasticjob_agent.standalone import EmbeddedEtcd, EtcdStartError
+from elasticjob_agent.supervision.agent_restart_counter import AgentRestartCounter
 from elasticjob_agent.supervision.restart_counter import JobRestartCounter
 from elasticjob_agent.supervision.supervisor import Supervisor, SupervisorSettings
 from elasticjob_agent.supervision.warm_pool import WarmPool
-from elasticjob_agent.supervision.worker_env import AgentKnobs
+from elasticjob_agent.supervision.worker_env import TORCH_TIMER_FILE_ENV, AgentKnobs
 from elasticjob_agent.supervision.worker_launch import worker_command
 from elasticjob_agent.supervision.workers import LocalWorkers, LogSettings, WarmLaunch
 from elasticjob_agent.timers.server import TimerServer
@@ -88,6 +91,63 @@ def _make_handler(config: Any, session: EtcdSession) -> Any:
     return EtcdRendezvousHandler(config, session=session)
 
 
+@dataclass(frozen=True)
+class _Rendezvous:
+    """The rendezvous side of one agent: its handler, restart counter and etcd record."""
+
+    handler: Any
+    counter: Any
+    etcd_status: Callable[[], EtcdStatus]
+
+
+def _etcd_rendezvous(
+    args: AgentArgs, stack: ExitStack, endpoint: str, run_id: str, node: str
+) -> _Rendezvous:
+    """Ours: the handler, the job-wide counter and the probe on the process's one etcd
+    session. ``ValueError`` on a bad ``--rdzv-conf``."""
+    config = _rendezvous_config(args, endpoint, run_id, node)
+    endpoints = config.endpoints
+    # The process's one way to etcd: the handler, its stores, the restart counter and the
+    # probe all run on this session (one loop thread, one channel, one reachability record).
+    session = EtcdSession(
+        endpoints, request_timeout=config.request_timeout, lease_ttl=config.lease_ttl
+    )
+    stack.callback(session.close)
+    handler = _make_handler(config, session)
+    session.start_probe(_PROBE_INTERVAL, timeout=_PROBE_INTERVAL)
+    counter = JobRestartCounter(
+        session, JobKeys(args.key_prefix, run_id), node, patience=args.etcd_timeout
+    )
+
+    def etcd_status() -> EtcdStatus:
+        reach = session.reachability()
+        return EtcdStatus(
+            reach.reachable,
+            reach.last_contact,
+            reach.unreachable_since,
+            tuple(e.url for e in endpoints),
+        )
+
+    return _Rendezvous(handler, counter, etcd_status)
+
+
+def _c10d_rendezvous(args: AgentArgs, run_id: str, node: str) -> _Rendezvous:
+    """torch's c10d rendezvous; restarts counted by this agent alone (docs/agent.md). No etcd:
+    the report's ``etcd`` is reachable with no endpoints, and nothing waits for it."""
+    from elasticjob_agent.rendezvous.c10d import make_c10d_handler  # noqa: PLC0415
+
+    handler, store = make_c10d_handler(
+        args.c10d_endpoint,
+        run_id,
+        min_nodes=args.min_nodes,
+        max_nodes=args.max_nodes,
+        local_addr=args.local_addr,
+        conf=args.rdzv_conf,
+    )
+    no_etcd = EtcdStatus(True, None, None, ())
+    return _Rendezvous(handler, AgentRestartCounter(store, run_id, node), lambda: no_etcd)
+
+
 def run(args: AgentArgs) -> int:
     nproc = resolve_nproc(args.nproc_per_node, os.cpu_count() or 1, _accelerators())
     node = args.node_id or args.rdzv_conf.get("node_id") or f"{socket.gethostname()}-{os.getpid()}"
@@ -101,41 +161,36 @@ def run(args: AgentArgs) -> int:
             endpoint = ",".join(e.url for e in args.rdzv_endpoints)
             run_id = args.rdzv_id
         events = EventLog(logger, EventContext(run_id=run_id, node=node))
-        try:
-            config = _rendezvous_config(args, endpoint, run_id, node)
-        except ValueError as exc:
-            return _usage_error(str(exc))
-        endpoints = config.endpoints
-        # The process's one way to etcd: the handler, its stores, the restart counter and the
-        # probe all run on this session (one loop thread, one channel, one reachability record).
-        session = EtcdSession(
-            endpoints, request_timeout=config.request_timeout, lease_ttl=config.lease_ttl
-        )
-        stack.callback(session.close)
-        handler = _make_handler(config, session)
-        session.start_probe(_PROBE_INTERVAL, timeout=_PROBE_INTERVAL)
-        metrics = AgentMetrics(run_id, etcd_reachable=lambda: session.reachability().reachable)
+        if args.rdzv_backend == C10D:
+            try:
+                rdzv = _c10d_rendezvous(args, run_id, node)
+            except ValueError as exc:
+                return _usage_error(f"--rdzv-conf: {exc}")
+            except RendezvousConnectionError as exc:
+                logger.error("c10d rendezvous store %s unreachable: %s", args.c10d_endpoint, exc)
+                return int(ExitCode.ETCD_UNREACHABLE)
+        else:
+            try:
+                rdzv = _etcd_rendezvous(args, stack, endpoint, run_id, node)
+            except ValueError as exc:
+                return _usage_error(str(exc))
+        handler, counter = rdzv.handler, rdzv.counter
+        metrics = AgentMetrics(run_id, etcd_reachable=lambda: rdzv.etcd_status().reachable)
 
         work_dir = Path(tempfile.mkdtemp(prefix="elasticjob-agent-"))
         stack.callback(_remove_tree, work_dir)
-        timers = TimerServer(str(work_dir / "timer.sock"))
+        # torch's file timers, served always (torchrun: only with TORCHELASTIC_ENABLE_FILE_TIMER=1)
+        # at the path the user chose, like torchrun, else in our work directory.
+        torch_timer_file = os.environ.get(TORCH_TIMER_FILE_ENV) or str(work_dir / "timer.fifo")
+        timers = TimerServer(str(work_dir / "timer.sock"), torch_fifo=torch_timer_file)
         stack.callback(timers.close)
-
-        def etcd_status() -> EtcdStatus:
-            reach = session.reachability()
-            return EtcdStatus(
-                reach.reachable,
-                reach.last_contact,
-                reach.unreachable_since,
-                tuple(e.url for e in endpoints),
-            )
 
         status = AgentStatus(
             run_id,
             node,
             args.max_restarts,
             args.worst_case_time_to_fail,
-            etcd=etcd_status,
+            etcd=rdzv.etcd_status,
             progress=lambda: timers.last_progress,
             steps=lambda: None if (p := timers.steps()) is None else (p.step, p.at, p.done),
         )
@@ -194,9 +249,6 @@ def run(args: AgentArgs) -> int:
             ),
             warm,
         )
-        counter = JobRestartCounter(
-            session, JobKeys(args.key_prefix, run_id), node, patience=args.etcd_timeout
-        )
         supervisor = Supervisor(
             SupervisorSettings(
                 role=args.role,
@@ -213,6 +265,7 @@ def run(args: AgentArgs) -> int:
                     nccl_monitoring=args.nccl_monitoring,
                     nccl_collective_timeout=args.nccl_collective_timeout,
                     timer_socket=timers.path,
+                    torch_timer_file=torch_timer_file,
                 ),
             ),
             handler=handler,
@@ -223,7 +276,7 @@ def run(args: AgentArgs) -> int:
             metrics=metrics,
             events=events,
             environ=worker_environ(os.environ),
-            etcd_unreachable_since=lambda: session.reachability().unreachable_since,
+            etcd_unreachable_since=lambda: rdzv.etcd_status().unreachable_since,
         )
 
         def on_signal(signum: int, frame: FrameType | None) -> None:

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
+from .stall import StallReason
 from .status import JobStatus, Phase
 
 JOB = ("namespace", "job")
@@ -41,7 +42,7 @@ RECONCILE_SECONDS = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
 )
 
-STALL_REASONS = ("EtcdUnavailable", "PodsUnschedulable", "WaitingForNodes", "NoProgress")
+STALL_REASONS = tuple(reason.value for reason in StallReason)
 
 _known_reasons: dict[tuple[str, str], set[str]] = {}
 

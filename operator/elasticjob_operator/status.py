@@ -15,7 +15,7 @@ from typing import Any
 
 from . import restarts
 from .conditions import rfc3339
-from .observed import parse_time
+from .observed import StartFailure, parse_time
 from .progress import ProgressState
 
 
@@ -83,6 +83,8 @@ class JobStatus:
     """The newest root cause an agent reported (``protocol.failure.WorkerFailure`` as JSON)."""
     progress: ProgressState | None = None
     """The training step the agents report, sampled (``progress.py``)."""
+    start_failures: tuple[StartFailure, ...] = ()
+    """Pods whose containers the kubelet cannot start, one per slot (``start_failures.track``)."""
 
     def evolve(self, **changes: Any) -> JobStatus:
         return replace(self, **changes)
@@ -133,6 +135,7 @@ class JobStatus:
             ],
             "lastFailure": None if self.last_failure is None else dict(self.last_failure),
             "progress": None if self.progress is None else self.progress.to_json(),
+            "startFailures": [f.to_json() for f in self.start_failures],
         }
 
     @classmethod
@@ -190,11 +193,20 @@ class JobStatus:
             if isinstance(data.get("lastFailure"), Mapping)
             else None,
             progress=ProgressState.from_json(data.get("progress")),
+            start_failures=tuple(
+                f
+                for f in (StartFailure.from_json(d) for d in _list(data.get("startFailures")))
+                if f is not None
+            ),
         )
 
 
 def _time(value: float | None) -> str | None:
     return None if value is None else rfc3339(value)
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 def _int(value: Any, default: int = 0) -> int:

@@ -8,7 +8,9 @@ the whole record, as JSON, stays under ``MAX_FAILURE_BYTES``.
 
 from __future__ import annotations
 
+import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +23,15 @@ MAX_NAME = 256
 MAX_INT = 2**53
 MAX_FAILURE_BYTES = 4096
 """A record's JSON is at most this long: the caps above, plus keys and escapes, fit."""
+MAX_TERMINATION_MESSAGE = 4096
+"""Kubernetes keeps at most 4096 bytes of a container's termination message."""
+
+
+_PEER_LOSS = re.compile(
+    r"Connection (closed|reset) by peer|Broken pipe|gloo|NCCL communicator|ProcessGroup.*abort"
+    r"|Timed out waiting|DistNetworkError|DistBackendError",
+    re.IGNORECASE,
+)
 
 
 class FailureRecordError(ValueError):
@@ -49,6 +60,9 @@ class WorkerFailure:
     output_tail: str | None = None
     """The end of the worker's stderr log, when there is no error file and the output was
     redirected to files (``-r``/``-t``)."""
+    round: int | None = None
+    """The rendezvous round the worker ran in (job-wide with ``etcd-v3``): a later round's
+    failure is news; within one round a cause outranks its consequences (``outranks``)."""
 
     def summary(self) -> str:
         """One line for Events, conditions and logs: who, how and why."""
@@ -69,7 +83,27 @@ class WorkerFailure:
                 text += f": {self.message}"
             if self.frame:
                 text += f" (at {self.frame})"
+        elif self.message:  # the agent's own finding, e.g. an expired timer
+            text += f": {self.message}"
         return text
+
+    def is_consequence(self) -> bool:
+        """True for a failure that looks caused by another rank's: a collective that lost a
+        peer (gloo's "Connection closed by peer", ``DistBackendError``, ...)."""
+        text = f"{self.exception_type or ''}: {self.message or ''}"
+        return self.exception_type is not None and bool(_PEER_LOSS.search(text))
+
+    def outranks(self, other: WorkerFailure | None) -> bool:
+        """Whether this failure should replace ``other`` as the job's last root cause: a later
+        round, else (same round, or a round unknown) a cause over a consequence, then the newer.
+        A peer's lost connection, seen after the rank that died, never hides it."""
+        if other is None:
+            return True
+        if self.round is not None and other.round is not None and self.round != other.round:
+            return self.round > other.round
+        if self.is_consequence() != other.is_consequence():
+            return other.is_consequence()
+        return self.time > other.time
 
     def to_json(self) -> dict[str, Any]:
         data = {
@@ -84,6 +118,7 @@ class WorkerFailure:
             "message": self.message,
             "frame": self.frame,
             "outputTail": self.output_tail,
+            "round": self.round,
         }
         return {k: v for k, v in data.items() if v is not None}
 
@@ -106,6 +141,7 @@ class WorkerFailure:
             message=_str(data, "message", MAX_MESSAGE),
             frame=_str(data, "frame", MAX_FRAME),
             output_tail=_str(data, "outputTail", MAX_TAIL),
+            round=_int(data, "round"),
         )
 
 
@@ -153,3 +189,33 @@ def _str(data: Mapping[str, Any], key: str, limit: int) -> str | None:
     if len(value) > limit:
         raise FailureRecordError(f"field 'lastFailure.{key}' is longer than {limit} characters")
     return value
+
+
+def termination_message(failure: WorkerFailure) -> bytes:
+    """What the container's termination message file gets: the summary line, then the record
+    as JSON, within ``MAX_TERMINATION_MESSAGE`` bytes (the JSON is dropped if it does not fit)."""
+    summary = failure.summary().encode("utf-8", errors="replace")[: MAX_TERMINATION_MESSAGE - 1]
+    record = json.dumps({"lastFailure": failure.to_json()}, sort_keys=True).encode()
+    whole = summary + b"\n" + record + b"\n"
+    return whole if len(whole) <= MAX_TERMINATION_MESSAGE else summary + b"\n"
+
+
+def from_termination_message(text: str) -> WorkerFailure | None:
+    """The record in a container's termination message (``termination_message``'s second line),
+    parsed as strictly as a health report's; ``None`` when there is none or it is not valid
+    (the message comes from a pod: untrusted)."""
+    if len(text) > MAX_TERMINATION_MESSAGE:
+        return None
+    for line in text.splitlines()[1:]:
+        if not line.startswith('{"lastFailure"'):
+            continue
+        try:
+            data = json.loads(line, parse_constant=_reject_constant)
+            return WorkerFailure.from_json(data.get("lastFailure"))
+        except (ValueError, AttributeError, RecursionError):
+            return None
+    return None
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a number")

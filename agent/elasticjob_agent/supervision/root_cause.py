@@ -19,15 +19,17 @@ from elasticjob_agent.protocol.failure import (
     MAX_MESSAGE,
     MAX_NAME,
     MAX_TAIL,
+    MAX_TERMINATION_MESSAGE,
     MAX_TYPE,
     WorkerFailure,
     cap,
+    termination_message,
 )
+
+__all__ = ["MAX_TERMINATION_MESSAGE", "termination_message"]  # their home: protocol.failure
 
 MAX_ERROR_FILE_BYTES = 256 * 1024
 """Longest error file read (a real one is a traceback: a few KiB)."""
-MAX_TERMINATION_MESSAGE = 4096
-"""Kubernetes keeps at most 4096 bytes of a container's termination message."""
 
 _FRAME = re.compile(
     r'^\s*File "(?P<file>[^"]{1,1000})", line (?P<line>\d{1,9}), in (?P<fn>\S{1,200})'
@@ -143,32 +145,10 @@ def describe(
     )
 
 
-_PEER_LOSS = re.compile(
-    r"Connection (closed|reset) by peer|Broken pipe|gloo|NCCL communicator|ProcessGroup.*abort"
-    r"|Timed out waiting|DistNetworkError|DistBackendError",
-    re.IGNORECASE,
-)
-
-
-def is_consequence(failure: WorkerFailure) -> bool:
-    """True for a failure that looks caused by another rank's: a collective that lost a peer."""
-    text = f"{failure.exception_type or ''}: {failure.message or ''}"
-    return failure.exception_type is not None and bool(_PEER_LOSS.search(text))
-
-
 def first_failure(failures: list[WorkerFailure]) -> WorkerFailure:
     """The root cause among the failures seen at once: causes before consequences (a collective
     that lost its peer), then the earliest, then the lowest local rank."""
-    return min(failures, key=lambda f: (is_consequence(f), f.time, f.local_rank))
-
-
-def termination_message(failure: WorkerFailure) -> bytes:
-    """What the container's termination message file gets: the summary line, then the record
-    as JSON, within ``MAX_TERMINATION_MESSAGE`` bytes (the JSON is dropped if it does not fit)."""
-    summary = failure.summary().encode("utf-8", errors="replace")[: MAX_TERMINATION_MESSAGE - 1]
-    record = json.dumps({"lastFailure": failure.to_json()}, sort_keys=True).encode()
-    whole = summary + b"\n" + record + b"\n"
-    return whole if len(whole) <= MAX_TERMINATION_MESSAGE else summary + b"\n"
+    return min(failures, key=lambda f: (f.is_consequence(), f.time, f.local_rank))
 
 
 def _recorded_at(info: ErrorFileInfo | None, file_time: float | None, seen_at: float) -> float:

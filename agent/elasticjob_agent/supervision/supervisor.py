@@ -13,7 +13,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -22,6 +22,7 @@ from elasticjob_agent.health.metrics import AgentMetrics
 from elasticjob_agent.health.status import AgentStatus
 from elasticjob_agent.logs import EventLog
 from elasticjob_agent.protocol.exit_codes import ExitCode
+from elasticjob_agent.protocol.failure import MAX_MESSAGE, WorkerFailure, cap
 from elasticjob_agent.protocol.health import AgentState, WorkerStatus
 from elasticjob_agent.protocol.restarts import RestartCounts, RestartReason, RestartStateError
 from elasticjob_agent.rendezvous import (
@@ -45,9 +46,10 @@ from elasticjob_agent.supervision.restart_policy import (
     plan_restart,
     suspects_round_loss,
 )
-from elasticjob_agent.supervision.root_cause import first_failure
+from elasticjob_agent.supervision.root_cause import first_failure, signal_name
 from elasticjob_agent.supervision.worker_env import AgentKnobs, GroupContext, worker_env
 from elasticjob_agent.timers.steps import StepProgress, is_hung
+from elasticjob_agent.timers.table import Expired
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +82,7 @@ class Workers(Protocol):
     def start(self, envs: Mapping[int, Mapping[str, str]], attempt: int, role: str) -> None: ...
     def pids(self) -> dict[int, int]: ...
     def exit_codes(self) -> dict[int, int | None]: ...
-    def kill(self, pid: int) -> None: ...
+    def kill(self, pid: int, sig: int = ...) -> None: ...
     def stop(self, grace: float) -> dict[int, int | None]: ...
     def maintain(self) -> None: ...
     def error_file(self, attempt: int, local_rank: int) -> Path: ...
@@ -88,7 +90,7 @@ class Workers(Protocol):
 
 class Timers(Protocol):
     def reset(self, pids: frozenset[int]) -> None: ...
-    def expired(self) -> list[tuple[int, str]]: ...
+    def expired(self) -> list[Expired]: ...
     def steps(self) -> StepProgress | None: ...
 
 
@@ -321,12 +323,7 @@ class Supervisor:
             self._workers.maintain()
             if self._stop_signal.wait(self._s.monitor_interval):
                 self._preempted()
-            expired = self._timers.expired()
-            if expired:
-                for pid, scope in expired:
-                    self._events.warning("timer_expired", pid=pid, scope=scope)
-                    self._workers.kill(pid)
-                self._metrics.worker_failed(len(expired))
+            if self._timers_fired():
                 return RestartReason.TIMER
             steps = self._timers.steps()
             if steps is not None and is_hung(steps, self._s.progress_timeout, time.monotonic()):
@@ -359,6 +356,38 @@ class Supervisor:
                 if reason is not None:
                     return reason
 
+    def _timers_fired(self) -> bool:
+        """Kill the workers whose expiration timer fired (with the signal their timer asked
+        for; torch's ``signal <= 0`` only reports) and record the first as the root cause."""
+        killed: list[Expired] = []
+        for timer in self._timers.expired():
+            self._events.warning(
+                "timer_expired", pid=timer.pid, scope=timer.scope, signal=timer.signal
+            )
+            if timer.signal > 0:
+                self._workers.kill(timer.pid, timer.signal)
+                killed.append(timer)
+        if not killed:
+            return False
+        self._metrics.worker_failed(len(killed))
+        first = killed[0]
+        local = {pid: lr for lr, pid in self._workers.pids().items()}
+        lr = local.get(first.pid, 0)
+        failure = WorkerFailure(
+            local_rank=lr,
+            time=time.time(),
+            rank=None if self._base_rank is None else self._base_rank + lr,
+            node=self._status.node,
+            pod=self._environ.get("POD_NAME") or self._environ.get("HOSTNAME"),
+            signal=signal_name(-first.signal),
+            message=cap(f"expiration timer {first.scope!r} expired", MAX_MESSAGE),
+            round=self._round,
+        )
+        self._status.update(last_failure=failure)
+        self._events.warning("root_cause", failure=failure.summary()[:1000])
+        write_termination_message(failure)
+        return True
+
     def _record_root_cause(self, failures: Mapping[int, int | None]) -> None:
         """The round's root cause (``root_cause.first_failure``) goes to the health report and
         the container's termination message."""
@@ -378,7 +407,7 @@ class Supervisor:
         ]
         for record in records:
             self._events.warning("worker_error", failure=record.summary()[:500])
-        first = first_failure(records)
+        first = replace(first_failure(records), round=self._round)
         self._status.update(last_failure=first)
         self._events.warning("root_cause", failure=first.summary()[:1000])
         write_termination_message(first)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from elasticjob_agent.rendezvous.role_info import RankAssignment
 
 TIMER_SOCKET_ENV = "ELASTICJOB_TIMER_SOCKET"
+TORCH_TIMER_FILE_ENV = "TORCHELASTIC_TIMER_FILE"
 COLLECTIVE_TIMEOUT_ENV = "ELASTICJOB_COLLECTIVE_TIMEOUT_SECONDS"
 
 
@@ -41,6 +42,8 @@ class AgentKnobs:
     nccl_monitoring: str = "1"
     nccl_collective_timeout: float = 1800.0
     timer_socket: str | None = None
+    torch_timer_file: str | None = None
+    """The FIFO of torch's ``FileTimerClient`` (``TORCHELASTIC_TIMER_FILE``), served by us."""
 
 
 def _seconds(value: float) -> str:
@@ -88,6 +91,8 @@ def worker_env(
         env["OMP_NUM_THREADS"] = "1"
     if knobs.timer_socket is not None:
         env[TIMER_SOCKET_ENV] = knobs.timer_socket
+    if knobs.torch_timer_file is not None:
+        env[TORCH_TIMER_FILE_ENV] = knobs.torch_timer_file
     if error_file is not None:
         env["TORCHELASTIC_ERROR_FILE"] = error_file
     return env

@@ -169,11 +169,12 @@ class LocalWorkers:
     def poll(self) -> GroupOutcome:
         return group_outcome(self.exit_codes())
 
-    def kill(self, pid: int) -> None:
-        """SIGKILL one worker (and its session), e.g. after its timer expired."""
+    def kill(self, pid: int, sig: int = signal.SIGKILL) -> None:
+        """Signal one worker (and its session; SIGKILL by default), e.g. after its timer
+        expired."""
         for proc in self._procs.values():
             if proc.pid == pid and proc.poll() is None:
-                _signal_session(proc, signal.SIGKILL)
+                _signal_session(proc, sig)
 
     def signal_all(self, sig: int) -> None:
         for proc in self._procs.values():

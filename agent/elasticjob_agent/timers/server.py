@@ -1,4 +1,5 @@
-"""The agent's end of the timers: a Unix datagram socket read by a daemon thread."""
+"""The agent's end of the timers: a Unix datagram socket read by a daemon thread, and
+optionally torch's timer FIFO (``timers.torch_fifo``), both feeding one table."""
 
 from __future__ import annotations
 
@@ -12,19 +13,23 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from elasticjob_agent.timers.steps import StepProgress, first_step
-from elasticjob_agent.timers.table import TimerMessage, TimerMessageError, TimerTable
+from elasticjob_agent.timers.table import Expired, TimerMessage, TimerMessageError, TimerTable
+from elasticjob_agent.timers.torch_fifo import TorchTimerFifo
 
 logger = logging.getLogger(__name__)
 
 
 class TimerServer:
-    """Receives ``timer.expires`` messages at ``path``; thread-safe queries for the supervisor."""
+    """Receives ``timer.expires`` messages at ``path`` (and torch's ``FileTimerClient`` requests
+    at ``torch_fifo``, when given); thread-safe queries for the supervisor."""
 
     def __init__(
         self,
         path: str,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
+        *,
+        torch_fifo: str | None = None,
     ) -> None:
         self.path = path
         self._clock = clock
@@ -41,6 +46,7 @@ class TimerServer:
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="timer-server", daemon=True)
         self._thread.start()
+        self.torch_fifo = None if torch_fifo is None else TorchTimerFifo(torch_fifo, self.submit)
 
     def _serve(self) -> None:
         while not self._stopped.is_set():
@@ -55,15 +61,19 @@ class TimerServer:
             except TimerMessageError as exc:
                 logger.warning("ignoring a bad timer message: %s", exc)
                 continue
-            with self._lock:
-                if msg.op in ("step", "done", "heartbeat"):
-                    msg = self._from_worker(msg)
-                if self._table.apply(msg):
-                    self._last_progress = self._clock()
-                    if msg.step is not None:
-                        self._note_step(msg.step)
-                    elif msg.op == "done" and self._steps is not None:
-                        self._steps = self._steps.finish()
+            self.submit(msg)
+
+    def submit(self, msg: TimerMessage) -> None:
+        """Apply one message (from any transport); a message of a current worker is progress."""
+        with self._lock:
+            if msg.op in ("step", "done", "heartbeat"):
+                msg = self._from_worker(msg)
+            if self._table.apply(msg):
+                self._last_progress = self._clock()
+                if msg.step is not None:
+                    self._note_step(msg.step)
+                elif msg.op == "done" and self._steps is not None:
+                    self._steps = self._steps.finish()
 
     def _from_worker(self, msg: TimerMessage) -> TimerMessage:
         """A sign of progress from a process in a worker's session counts as the worker's
@@ -91,7 +101,7 @@ class TimerServer:
             self._last_progress = self._clock()
             self._steps = None
 
-    def expired(self) -> list[tuple[int, str]]:
+    def expired(self) -> list[Expired]:
         with self._lock:
             return self._table.expired(self._clock())
 
@@ -106,6 +116,8 @@ class TimerServer:
             return self._steps
 
     def close(self) -> None:
+        if self.torch_fifo is not None:
+            self.torch_fifo.close()
         self._stopped.set()
         self._sock.close()
         self._thread.join(2.0)

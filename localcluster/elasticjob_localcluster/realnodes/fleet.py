@@ -13,7 +13,7 @@ from typing import Any
 from ..config import ClusterConfig, tool_path
 from ..controlplane import ControlPlane
 from ..network import Subnet, created_mount_points_file
-from .images import ImageEntry, clone_root, prepare_store, read_index, remove_root
+from .images import ImageEntry, prepare_store, read_index, remove_root
 from .layout import NodeLayout
 from .node import NodeError, RealNode, remove_leftovers, teardown
 from .render import coredns_manifests
@@ -68,10 +68,8 @@ class Fleet:
         for node in nodes:
             node.create_network(self.layouts)
         imported = time.monotonic()
-        store = prepare_store(self.images)
+        prepare_store(self.images, [node.containerd_root for node in nodes])
         self.timings["image_import_seconds"] = round(time.monotonic() - imported, 1)
-        for node in nodes:
-            clone_root(store, node.containerd_root)
         with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
             for future in [pool.submit(n.boot) for n in nodes]:
                 future.result()
@@ -82,7 +80,9 @@ class Fleet:
     def deploy_dns(self, timeout: float = 180) -> None:
         """Apply CoreDNS and wait until its pod is Ready behind the kube-dns Service."""
         began = time.monotonic()
-        text = "\n".join(json.dumps(m) for m in coredns_manifests(self.config.nodes > 0))
+        text = "\n".join(
+            json.dumps(m) for m in coredns_manifests(self.config.nodes > 0, min(2, len(self.nodes)))
+        )
         self.kubectl("apply", "-f", "-", input=text)
         deadline = time.monotonic() + timeout
         while True:

@@ -19,6 +19,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -183,50 +184,60 @@ def store_root() -> Path:
     return cache_dir() / "nodes" / "image-store" / "root"
 
 
-def prepare_store(entries: list[ImageEntry], timeout: float = 1800) -> Path:
-    """Import into the image store what it lacks (under a lock: clusters start concurrently);
-    returns its root, stopped and ready to clone."""
+def prepare_store(
+    entries: list[ImageEntry], clone_to: Sequence[Path] = (), timeout: float = 1800
+) -> Path:
+    """Import into the image store what it lacks and clone it to each of ``clone_to``, all under
+    one lock: clusters start concurrently, and another cluster's import (of other contents under
+    the same refs) while this one clones would tear the clone or swap its images. Returns the
+    store's root, stopped."""
     root = store_root()
     root.parent.mkdir(parents=True, exist_ok=True)
     with (root.parent / "lock").open("a+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if stamps_match(root, entries):
-            return root
-        with tempfile.TemporaryDirectory(prefix="ej-image-store-") as tmp:
-            work = Path(tmp)
-            socket = work / "containerd.sock"
-            config = work / "containerd.toml"
-            (work / "net.d").mkdir()
-            config.write_text(
-                containerd_config(
-                    root=root, state=work / "state", socket=socket,
-                    runc_root=work / "runc", cni_conf_dir=work / "net.d",
-                )
-            )  # fmt: skip
-            with (root.parent / "containerd.log").open("ab") as out:
-                proc = subprocess.Popen(
-                    ["setpriv", "--pdeathsig", "KILL", "--", "unshare", "--mount",
-                     "--propagation", "private", "--", "containerd", "--config", str(config)],
-                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                )  # fmt: skip
-            try:
-                deadline = time.monotonic() + 60
-                while _ctr(socket, "version", timeout=10).returncode != 0:
-                    if proc.poll() is not None or time.monotonic() > deadline:
-                        raise ImageError(
-                            f"the image store's containerd did not start; see "
-                            f"{root.parent / 'containerd.log'}"
-                        )
-                    time.sleep(0.2)
-                import_images(socket, entries, root, timeout)
-            finally:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+        if not stamps_match(root, entries):
+            _import_into(root, entries, timeout)
+        for target in clone_to:
+            clone_root(root, target)
         return root
+
+
+def _import_into(root: Path, entries: list[ImageEntry], timeout: float) -> None:
+    """Run a short-lived containerd on the store's ``root`` and import ``entries``."""
+    with tempfile.TemporaryDirectory(prefix="ej-image-store-") as tmp:
+        work = Path(tmp)
+        socket = work / "containerd.sock"
+        config = work / "containerd.toml"
+        (work / "net.d").mkdir()
+        config.write_text(
+            containerd_config(
+                root=root, state=work / "state", socket=socket,
+                runc_root=work / "runc", cni_conf_dir=work / "net.d",
+            )
+        )  # fmt: skip
+        with (root.parent / "containerd.log").open("ab") as out:
+            proc = subprocess.Popen(
+                ["setpriv", "--pdeathsig", "KILL", "--", "unshare", "--mount",
+                 "--propagation", "private", "--", "containerd", "--config", str(config)],
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 60
+            while _ctr(socket, "version", timeout=10).returncode != 0:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise ImageError(
+                        f"the image store's containerd did not start; see "
+                        f"{root.parent / 'containerd.log'}"
+                    )
+                time.sleep(0.2)
+            import_images(socket, entries, root, timeout)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def remove_root(root: Path) -> None:

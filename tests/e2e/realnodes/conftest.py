@@ -267,3 +267,23 @@ def wait_checkpoint(cluster: LocalCluster, ns: str, step: int = 10) -> None:
         timeout=240,
         interval=1,
     )
+
+
+def job_events(cluster: LocalCluster, ns: str, name: str, reason: str) -> list[str]:
+    """The messages of the job's Events with ``reason`` (e.g. ``Restarted``), oldest first."""
+    items = cluster.get_json(
+        "events", "-n", ns, "--field-selector", f"involvedObject.name={name},reason={reason}"
+    )["items"]
+    items.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+    return [str(e.get("message", "")) for e in items]
+
+
+def termination_message(cluster: LocalCluster, ns: str, pod: str) -> str:
+    """The trainer container's termination message (``state`` or ``lastState``), or ``""``."""
+    status = cluster.get_json("pod", pod, "-n", ns).get("status") or {}
+    for container in status.get("containerStatuses") or []:
+        for key in ("state", "lastState"):
+            terminated = (container.get(key) or {}).get("terminated") or {}
+            if terminated.get("message"):
+                return str(terminated["message"])
+    return ""

@@ -18,10 +18,12 @@ from tests.e2e.realnodes.conftest import (
     apply_job,
     by_reason,
     diagnostics,
+    job_events,
     job_manifest,
     phase,
     pods,
     ready_nodes,
+    termination_message,
     wait_checkpoint,
     wait_job,
     worker_logs,
@@ -160,6 +162,17 @@ def test_killed_worker_process_in_a_real_pod_is_exactly_one_failure_and_the_job_
     assert names == ["killproc-worker-0-0", "killproc-worker-1-0"], names
     assert RESUMED.search(worker_logs(cluster, work)), worker_logs(cluster, work)[-3000:]
 
+    # The root cause is the signal, on the pod where it was sent, not the peer's lost connection.
+    failure = job["status"]["lastFailure"]
+    assert failure["signal"] == "SIGKILL", failure
+    assert failure["pod"] == "killproc-worker-0-0" and "exceptionType" not in failure, failure
+    cause = f"rank {failure['rank']} on killproc-worker-0-0 killed by SIGKILL"
+    restarted = job_events(cluster, work, "killproc", "Restarted")
+    assert any(m.endswith(f"root cause: {cause}") for m in restarted), restarted
+    # The agent wrote it to /dev/termination-log; the kubelet kept it when the container ended.
+    message = termination_message(cluster, work, "killproc-worker-0-0")
+    assert message.startswith(cause), message
+
 
 def test_deleted_worker_pod_is_one_free_preemption_and_its_agent_left_before_stopping(
     cluster: LocalCluster, release: Release, work: str
@@ -201,3 +214,42 @@ def test_deleted_worker_pod_is_one_free_preemption_and_its_agent_left_before_sto
     names = {p["metadata"]["name"] for p in pods(cluster, work)}
     assert "delpod-worker-1-1" in names, names
     assert RESUMED.search(worker_logs(cluster, work)), worker_logs(cluster, work)[-3000:]
+
+
+def test_a_rank_raising_under_record_is_named_in_status_events_and_termination_message(
+    cluster: LocalCluster, release: Release, work: str
+) -> None:
+    """examples/train.py's ``--fail-at-step``: rank 1 raises at step 3 in both of its first two
+    runs; ``maxRestarts: 1``, so the second failure ends the job and the containers."""
+    manifest = job_manifest("raiser", steps=40, nproc=1)
+    spec = manifest["spec"]
+    spec["maxRestarts"] = 1
+    spec["runPolicy"] = {"cleanPodPolicy": "None"}  # keep both pods for their termination state
+    trainer = spec["template"]["spec"]["containers"][0]
+    trainer["args"] += ["--fail-at-step", "3", "--fail-rank", "1", "--fail-times", "2"]
+    apply_job(cluster, work, manifest)
+    job = wait_job(cluster, work, "raiser", "Failed", lambda j: phase(j) == "Failed", timeout=420)
+    status = job["status"]
+    assert status["reason"] == "MaxRestartsExceeded", diagnostics(cluster, work, "raiser")
+
+    failure = status["lastFailure"]
+    assert failure["rank"] == 1 and failure["exitCode"] == 1, failure
+    assert failure["exceptionType"] == "RuntimeError", failure
+    assert failure["message"] == "injected failure at step 3 on rank 1", failure
+    assert failure["frame"].endswith("in inject_failure") and "train.py" in failure["frame"]
+    pod = failure["pod"]
+    cause = (
+        f"rank 1 on {pod} exited with code 1: RuntimeError: injected failure at step 3 on rank 1"
+    )
+    restarted = job_events(cluster, work, "raiser", "Restarted")
+    assert any(f"root cause: {cause}" in m for m in restarted), restarted
+    assert f"last root cause: {cause}" in status["message"], status["message"]
+
+    # Both agents exited 10 (budget spent); the failing rank's container says why.
+    def ended() -> bool:
+        return all(p["status"].get("phase") == "Failed" for p in pods(cluster, work))
+
+    cluster.wait_for("both worker pods Failed", ended, timeout=120, interval=1)
+    message = termination_message(cluster, work, pod)
+    assert message.startswith(cause), message
+    assert '"exceptionType": "RuntimeError"' in message, message

@@ -16,7 +16,11 @@ EP = ["--rdzv-endpoint", "127.0.0.1:1", "--rdzv-id", "cli"]
     [
         (["--no-such-flag", str(TRAIN)], "unrecognized arguments: --no-such-flag"),
         ([*EP, "--nnodes", "4:2", str(TRAIN)], "--nnodes '4:2': need 0 < MIN <= MAX"),
-        ([*EP, "--rdzv-backend", "c10d", str(TRAIN)], "--rdzv-backend 'c10d' is not supported"),
+        ([*EP, "--rdzv-backend", "static", str(TRAIN)], "--rdzv-backend 'static' is not supported"),
+        (
+            [*EP, "--rdzv-backend", "c10d", "--rdzv-conf", "heartbeat=0.5", str(TRAIN)],
+            "heartbeat '0.5' must be a positive whole number",
+        ),
         ([*EP, "--rdzv-conf", "join_timeout=soon", str(TRAIN)], "join_timeout 'soon'"),
         ([*EP, "--rdzv-conf", "colour=blue", str(TRAIN)], "unknown key 'colour'"),
         ([*EP, "--rdzv-conf", "heartbeat=0.5", str(TRAIN)], "heartbeat must be >= 1"),

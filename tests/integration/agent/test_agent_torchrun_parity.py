@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_harness import TRAIN, Agent
+from agent_harness import TRAIN, Agent, free_port, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -48,3 +50,57 @@ def test_two_agents_on_one_host_with_default_flags_finish_a_job(
         log = agent.log()
         assert "done step=8" in log
         assert "Traceback" not in log, log[-3000:]
+
+
+def test_c10d_backend_runs_under_our_supervisor_and_a_killed_worker_restarts_the_group(
+    spawn_agent: Spawn, tmp_path: Path
+) -> None:
+    """torchrun's default rendezvous (torch's c10d handler on a TCPStore that one of the agents
+    hosts), no etcd anywhere: two agents train, a SIGKILLed worker restarts both groups, and
+    the job finishes. Restarts are counted per agent, as torchrun does."""
+    flags = [
+        "--nnodes", "2",
+        "--nproc-per-node", "1",
+        "--rdzv-backend", "c10d",
+        "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
+        "--rdzv-id", f"t-{uuid.uuid4().hex[:10]}",
+        "--rdzv-conf", "last_call_timeout=1",
+        "--max-restarts", "1",
+    ]  # fmt: skip
+    train = [
+        str(TRAIN),
+        "--steps", "40",
+        "--step-sleep", "0.2",
+        "--checkpoint-every", "5",
+        "--checkpoint-dir", str(tmp_path / "ckpt"),
+    ]  # fmt: skip
+    a = spawn_agent("a", [*flags, *train])
+    b = spawn_agent("b", [*flags, *train])
+    a.wait_running(world_size=2)
+    running = b.wait_running(world_size=2)
+    assert running["etcd"]["endpoints"] == []  # no etcd: the report says so
+    wait_for((tmp_path / "ckpt" / "step-5.pt").exists, 120, "the first checkpoint")
+    os.kill(running["workers"][0]["pid"], signal.SIGKILL)
+
+    # b counts its own failure, a the membership change b's return caused (torchrun's rule).
+    b.wait_status(
+        lambda s: s["restarts"]["byReason"].get("failure") == 1 and s["state"] == "Running",
+        120,
+        "b restarted after its worker failed",
+    )
+    a.wait_status(
+        lambda s: s["restarts"]["byReason"].get("membership") == 1 and s["state"] == "Running",
+        120,
+        "a restarted with b",
+    )
+    assert a.wait_exit(240) == 0, a.log()[-3000:]
+    assert b.wait_exit(60) == 0, b.log()[-3000:]
+    logs = a.log() + b.log()
+    assert "resumed from step=" in logs and "done step=40" in logs, logs[-3000:]
+    assert "killed by SIGKILL" in b.log(), b.log()[-3000:]
+    for agent in (a, b):
+        log = agent.log()
+        assert log.count("event=workers_started") == 2, log[-3000:]
+        # The agent's own output: no traceback (the peer's gloo error is a worker's, "[rank0]:").
+        own = [line for line in log.splitlines() if not line.startswith("[rank")]
+        assert not any("Traceback" in line for line in own), log[-3000:]

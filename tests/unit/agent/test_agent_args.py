@@ -5,7 +5,13 @@ from __future__ import annotations
 import re
 
 import pytest
-from elasticjob_agent.args import UsageError, parse_args, parse_rdzv_conf, resolve_nproc
+from elasticjob_agent.args import (
+    UsageError,
+    parse_args,
+    parse_c10d_endpoint,
+    parse_rdzv_conf,
+    resolve_nproc,
+)
 from elasticjob_agent.etcd.endpoints import Endpoint
 
 BASE = ["--rdzv-endpoint", "127.0.0.1:2379", "--rdzv-id", "job1"]
@@ -115,7 +121,16 @@ def test_worst_case_time_to_fail() -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--rdzv-backend", "c10d", *BASE, "t.py"], "--rdzv-backend 'c10d'"),
+        (["--rdzv-backend", "static", *BASE, "t.py"], "--rdzv-backend 'static'"),
+        (["--rdzv-backend", "c10d", "t.py"], "is required with --rdzv-backend c10d"),
+        (["--rdzv-backend", "c10d", "--rdzv-endpoint", "http://h:1", "t.py"], "without a scheme"),
+        (["--rdzv-backend", "c10d", "--rdzv-endpoint", "h:99999", "t.py"], "port '99999'"),
+        (["--rdzv-backend", "c10d", *BASE, "--rdzv-conf", "cacert=/c", "t.py"], "key 'cacert'"),
+        (
+            ["--rdzv-backend", "c10d", *BASE, "--rdzv-conf", "join_timeout=1.5", "t.py"],
+            "join_timeout '1.5' must be a positive whole number",
+        ),
+        (["--rdzv-backend", "c10d", *BASE, "--rdzv-conf", "is_host=maybe", "t.py"], "is_host"),
         (["--nnodes", "3:1", *BASE, "t.py"], "--nnodes '3:1'"),
         (["--nnodes", "a", *BASE, "t.py"], "--nnodes 'a'"),
         (["--rdzv-id", "job1", "t.py"], "--rdzv-endpoint host:port is required"),
@@ -184,3 +199,27 @@ def test_non_finite_seconds_are_refused(flag: str, value: str) -> None:
 def test_non_finite_rdzv_conf_seconds_are_refused(key: str) -> None:
     with pytest.raises(UsageError, match=f"--rdzv-conf {key} 'inf' must be a finite number"):
         parse_args([*BASE, "--rdzv-conf", f"{key}=inf", "t.py"], {})
+
+
+def test_c10d_backend_takes_torchs_endpoint_and_conf() -> None:
+    args = parse_args(
+        [
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", "node-0", "--rdzv-id", "job1",
+            "--rdzv-conf", "join_timeout=60,is_host=false,keep_alive_interval=2", "t.py",
+        ],
+        {},
+    )  # fmt: skip
+    assert args.rdzv_backend == "c10d"
+    assert args.c10d_endpoint == "node-0:29400"
+    assert args.rdzv_endpoints == ()
+    assert dict(args.rdzv_conf) == {
+        "join_timeout": "60",
+        "is_host": "false",
+        "keep_alive_interval": "2",
+    }
+    assert parse_c10d_endpoint("[::1]:1234") == "[::1]:1234"
+    assert parse_c10d_endpoint(" 10.0.0.1:5 ") == "10.0.0.1:5"
+    assert parse_args(["--rdzv-backend", "etcd", *BASE, "t.py"], {}).rdzv_backend == "etcd-v3"
+    # torchrun's --standalone overrides the backend; ours is then an embedded etcd.
+    solo = parse_args(["--standalone", "--rdzv-backend", "c10d", "t.py"], {})
+    assert solo.rdzv_backend == "etcd-v3"

@@ -12,6 +12,7 @@ from elasticjob_agent.protocol.failure import (
     MAX_MESSAGE,
     FailureRecordError,
     WorkerFailure,
+    from_termination_message,
 )
 from elasticjob_agent.protocol.health import (
     AgentState,
@@ -255,3 +256,19 @@ def test_the_error_file_time_orders_records_when_known() -> None:
     assert record(_record("E: x"), 4.25).time == 4.25
     assert record(_record("E: x"), None).time == 1795324767.0
     assert record(None, None).time == 9.0
+
+
+def test_termination_message_reads_back_strictly() -> None:
+    failure = WorkerFailure(
+        local_rank=1, time=5.0, rank=3, signal="SIGKILL", message="timer 'x' expired", round=7
+    )
+    assert from_termination_message(termination_message(failure).decode()) == failure
+    for bad in (
+        "",
+        "just a summary\n",
+        'summary\n{"lastFailure": {"localRank": 0, "time": NaN}}\n',
+        'summary\n{"lastFailure": [1]}\n',
+        'summary\n{"lastFailure": {"localRank": 0, "time": 1, "rank": "x"}}\n',
+        "summary\n" + '{"lastFailure": ' + "[" * 5000 + "\n",
+    ):
+        assert from_termination_message(bad) is None, bad

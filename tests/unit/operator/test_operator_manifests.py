@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from elasticjob_agent.protocol.failure import WorkerFailure, termination_message
 from elasticjob_operator import names
 from elasticjob_operator.agent_command import POD_IP_ENV, training_argv
 from elasticjob_operator.manifests import (
@@ -162,6 +163,22 @@ def test_pod_view_reads_exit_code_of_the_agent_container() -> None:
     view = pod_view(pod)
     assert view is not None
     assert view.exit_code == 10 and view.terminal and view.unschedulable == "x"
+    assert view.last_failure is None
+
+
+def test_pod_view_reads_the_root_cause_in_the_termination_message() -> None:
+    failure = WorkerFailure(local_rank=0, time=1.0, rank=1, exit_code=1, exception_type="E")
+    pod = build_worker_pod(JOB, job_spec(), 0, 0)
+    terminated = {"exitCode": 10, "message": termination_message(failure).decode()}
+    pod["status"] = {
+        "phase": "Failed",
+        "containerStatuses": [{"name": "trainer", "state": {"terminated": terminated}}],
+    }
+    view = pod_view(pod)
+    assert view is not None and view.last_failure == failure
+    terminated["message"] = 'rank 1 failed\n{"lastFailure": {"localRank": -1, "time": 1}}\n'
+    view = pod_view(pod)
+    assert view is not None and view.last_failure is None  # untrusted: refused, not a crash
 
 
 def test_run_id_is_short_and_valid_for_long_names() -> None:

@@ -75,3 +75,95 @@ def test_the_failed_condition_quotes_the_last_root_cause_when_the_budget_is_spen
     )
     failed = [c for c in result.status.conditions if c.get("type") == "Failed"]
     assert failed and "last root cause: rank 3" in failed[0]["message"]
+
+
+def test_a_timer_restart_quotes_the_expired_timer() -> None:
+    cluster = Cluster()
+    status = _started(cluster)
+    expired = WorkerFailure(
+        local_rank=0,
+        time=T0 + 4,
+        rank=2,
+        signal="SIGKILL",
+        message="expiration timer 'step' expired",
+    )
+    reports = {
+        "demo-worker-1-0": replace(
+            report("demo-worker-1-0", restarts={"timer": 1}), last_failure=expired
+        )
+    }
+    result = step(cluster, status, job_spec(), T0 + 5, etcd_reachable=True, reports=reports)
+    restarted = [e for e in result.events if e.reason == "Restarted"]
+    assert len(restarted) == 1
+    assert restarted[0].message.endswith(
+        "root cause: rank 2 on demo-worker-1-0 killed by SIGKILL: expiration timer 'step' expired"
+    )
+
+
+LOST_PEER = WorkerFailure(
+    local_rank=0,
+    time=T0 + 6,
+    rank=0,
+    node="node-a",
+    exit_code=1,
+    exception_type="RuntimeError",
+    message="[gloo/transport/tcp/pair.cc:561] Connection closed by peer [10.0.0.2]:4242",
+    round=3,
+)
+
+
+def test_a_peers_lost_connection_never_hides_the_rank_that_died() -> None:
+    killed = WorkerFailure(local_rank=1, time=T0 + 4, rank=3, signal="SIGKILL", round=3)
+    reports = {
+        "demo-worker-0-0": replace(report("demo-worker-0-0"), last_failure=LOST_PEER),
+        "demo-worker-1-0": replace(report("demo-worker-1-0"), last_failure=killed),
+    }
+    # Seen in one poll: the cause wins although the consequence is newer.
+    assert root_cause.newest_failure(reports, RUN_ID, None) == replace(
+        killed, pod="demo-worker-1-0"
+    )
+    # Seen one poll after the cause was stored: nothing new.
+    stored = replace(killed, pod="demo-worker-1-0").to_json()
+    assert root_cause.newest_failure(reports, RUN_ID, stored) is None
+    # A later round's failure is news, a consequence or not.
+    later = replace(LOST_PEER, round=4, time=T0 + 60)
+    reports["demo-worker-0-0"] = replace(report("demo-worker-0-0"), last_failure=later)
+    assert root_cause.newest_failure(reports, RUN_ID, stored) == replace(
+        later, pod="demo-worker-0-0"
+    )
+
+
+def test_outranks_orders_round_then_cause_then_time() -> None:
+    cause = replace(RAISED, round=2)
+    assert cause.outranks(None)
+    assert cause.outranks(replace(LOST_PEER, round=2, time=T0 + 100))
+    assert not replace(LOST_PEER, round=2).outranks(cause)
+    assert replace(LOST_PEER, round=3).outranks(cause)
+    assert replace(cause, time=cause.time + 1).outranks(cause)
+    assert not cause.outranks(cause)
+    # An agent that did not say its round: cause, then time.
+    assert replace(cause, round=None).outranks(replace(LOST_PEER, round=None))
+    assert LOST_PEER.is_consequence() and not cause.is_consequence()
+
+
+def test_the_cause_in_an_exited_pods_termination_message_beats_a_reported_consequence() -> None:
+    """The agent whose rank raised spent the budget and exited before its last report was
+    polled; its peer's report (a lost connection) was. The kubelet kept the cause."""
+    cluster = Cluster()
+    cause = replace(RAISED, round=3, time=T0 + 5, pod=None)
+    status = _started(cluster).evolve(
+        last_failure=replace(LOST_PEER, pod="demo-worker-0-0").to_json()
+    )
+    cluster.set(
+        "demo-worker-1-0",
+        phase=PodPhase.FAILED,
+        exit_code=ExitCode.MAX_RESTARTS_EXCEEDED,
+        last_failure=cause,
+    )
+    result = step(cluster, status, job_spec(), T0 + 8, etcd_reachable=True)
+    assert result.status.last_failure == replace(cause, pod="demo-worker-1-0").to_json()
+    assert result.status.phase is Phase.FAILED
+    assert result.status.message.endswith(
+        "last root cause: rank 3 on demo-worker-1-0 exited with code 1: ValueError: loss is nan "
+        "(at /app/train.py:42 in step)"
+    )

@@ -298,8 +298,10 @@ def _plan(
 # -- restarts ------------------------------------------------------------------------------------
 
 
-# Restarts whose agent recorded a root cause (a failed worker, an expired timer).
-_HAS_ROOT_CAUSE = frozenset({RestartReason.FAILURE.value, RestartReason.TIMER.value})
+# Restarts whose agent recorded a root cause (a failed worker, an expired timer, no progress).
+_HAS_ROOT_CAUSE = frozenset(
+    {RestartReason.FAILURE.value, RestartReason.TIMER.value, RestartReason.HANG.value}
+)
 
 
 def _merge_reports(draft: _Draft, observed: Observed) -> None:

@@ -327,12 +327,7 @@ class Supervisor:
                 return RestartReason.TIMER
             steps = self._timers.steps()
             if steps is not None and is_hung(steps, self._s.progress_timeout, time.monotonic()):
-                self._events.warning(
-                    "no_progress",
-                    last_step=steps.step,
-                    seconds=f"{time.time() - steps.at:.1f}",
-                    progress_timeout_s=self._s.progress_timeout,
-                )
+                self._hung(steps)
                 return RestartReason.HANG
             codes = self._workers.exit_codes()
             self._status.update(
@@ -355,6 +350,34 @@ class Supervisor:
                 reason = self._membership_change()
                 if reason is not None:
                     return reason
+
+    def _hung(self, steps: StepProgress) -> None:
+        """No local worker reported a step for the progress timeout: that is the round's root
+        cause (the peers' workers then fail with lost connections, mere consequences)."""
+        silent = time.time() - steps.at
+        self._events.warning(
+            "no_progress",
+            last_step=steps.step,
+            seconds=f"{silent:.1f}",
+            progress_timeout_s=self._s.progress_timeout,
+        )
+        failure = WorkerFailure(
+            local_rank=0,
+            time=time.time(),
+            rank=self._base_rank,
+            node=self._status.node,
+            pod=self._environ.get("POD_NAME") or self._environ.get("HOSTNAME"),
+            message=cap(
+                f"no training step for {silent:.0f} s after step {steps.step} "
+                f"(progress timeout {self._s.progress_timeout:g} s): a rank of this node hung, "
+                "or waits for one that did",
+                MAX_MESSAGE,
+            ),
+            round=self._round,
+        )
+        self._status.update(last_failure=failure)
+        self._events.warning("root_cause", failure=failure.summary()[:1000])
+        write_termination_message(failure)
 
     def _timers_fired(self) -> bool:
         """Kill the workers whose expiration timer fired (with the signal their timer asked

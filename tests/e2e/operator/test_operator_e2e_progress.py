@@ -107,7 +107,9 @@ def test_a_stopped_rank_is_no_progress_restarted_as_hang_and_the_job_finishes(
     assert no_progress and no_progress[0]["type"] == "Warning", events
     assert "progressTimeoutSeconds (10 s)" in no_progress[0]["message"], no_progress
     restarted = [e["message"] for e in events if e["reason"] == "Restarted"]
-    assert any("(hang)" in m for m in restarted), restarted
+    assert any("(hang)" in m and "no training step" in m for m in restarted), restarted
+    # The root cause is the silence, not a peer's lost connection.
+    assert "no training step" in (st(job).get("lastFailure") or {}).get("message", ""), st(job)
     assert any(e["reason"] == "Recovered" for e in events), [e["reason"] for e in events]
     metrics = operator.metrics()
     labels = f'job="{name}",namespace="{ns}"'

@@ -60,8 +60,12 @@ def test_example_trains_to_succeeded_and_shows_in_kubectl_get(
     assert job["status"]["restarts"]["total"] == 0
     table = cluster.kubectl("get", "ej", "-n", ns).stdout
     header, row = table.splitlines()[:2]
-    assert header.split() == ["NAME", "PHASE", "READY", "DESIRED", "RESTARTS", "REASON", "AGE"]
-    assert row.split()[:6] == ["train-demo", "Succeeded", "0", "2", "0", "Succeeded"]
+    assert header.split() == [
+        "NAME", "PHASE", "READY", "DESIRED", "RESTARTS", "STEP", "STEPS/S", "REASON", "AGE"
+    ]  # fmt: skip
+    cells = row.split()
+    assert cells[:5] == ["train-demo", "Succeeded", "0", "2", "0"] and cells[7] == "Succeeded"
+    assert cells[5] == str(job["status"].get("progress", {}).get("step", "<none>")), table
     logs = "".join(cluster.pod_logs(ns, p["metadata"]["name"]) for p in pods(cluster, ns))
     assert "done step=60" in logs
     # Finished pods stay for their logs (cleanPodPolicy Running); the managed etcd is gone.

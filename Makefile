@@ -9,11 +9,18 @@ export ELASTICJOB_CACHE ?= $(HOME)/.cache/elasticjob
 setup:
 	@scripts/setup.sh
 
+# The local cluster CLUSTER of `make cluster-up`, `make demo` and `make cluster-down`: NODES
+# virtual nodes (the emulator) and REAL_NODES real ones (kubelet, containerd, runc), which run
+# the images of `make images`.
+CLUSTER ?= dev
+NODES ?= 4
+REAL_NODES ?= 2
+
 # The main job: the local cluster (left running; `make cluster-down` stops it), the chart
 # installed with helm, examples/elasticjob.yaml trained to Succeeded through a worker failure
-# and an etcd outage.
+# and an etcd outage, all on the real nodes.
 demo: cluster-up
-	$(PY) scripts/demo_cluster.py
+	$(PY) scripts/demo_cluster.py --cluster $(CLUSTER)
 
 # One node, no Kubernetes: elasticjob-agent --standalone on examples/train.py.
 demo-standalone: setup
@@ -50,12 +57,13 @@ fmt: setup
 cluster-build: setup
 	@localcluster/build.sh
 
-# `make cluster-up KUEUE=1` also builds (once) and starts Kueue (docs/shared-clusters.md).
-cluster-up: cluster-build
-	@$(if $(KUEUE),localcluster/kueue/build.sh && )PYTHONPATH=localcluster $(PY) -m elasticjob_localcluster up $(if $(KUEUE),--kueue)
+# `make cluster-up KUEUE=1` also builds (once) and starts Kueue (docs/shared-clusters.md);
+# `make cluster-up REAL_NODES=0` needs no images.
+cluster-up: cluster-build $(if $(filter 0,$(REAL_NODES)),,images)
+	@$(if $(KUEUE),localcluster/kueue/build.sh && )PYTHONPATH=localcluster $(PY) -m elasticjob_localcluster up --name $(CLUSTER) --nodes $(NODES) --real-nodes $(REAL_NODES) $(if $(KUEUE),--kueue)
 
 cluster-down: setup
-	@PYTHONPATH=localcluster $(PY) -m elasticjob_localcluster down
+	@PYTHONPATH=localcluster $(PY) -m elasticjob_localcluster down --name $(CLUSTER)
 
 # Each benchmark prints its table and ratio against a peer measured in the same run;
 # bench/RESULTS.md records the results with the command of each. Operator and cluster benchmarks

@@ -29,12 +29,21 @@ server: etcd, or the parent holding the TCPStore server). A case that does not f
 ``CASE_TIMEOUT`` plus a margin is reported as hung and ends the run with exit code 3.
 
 etcd runs with its data directory on tmpfs (/dev/shm; etcd 3.4 has no ``--unsafe-no-fsync``),
-the same for every etcd candidate.
+the same for every etcd candidate. Each line also gives what etcd itself counted in the case
+(its ``/metrics``, per node: gRPC messages received per method, i.e. ``rpc-Watch`` = watch
+creations + cancellations and ``rpc-LeaseKeepAlive`` = lease refreshes; watch events sent;
+lease renewals and expiries; slow applies) and the 1-minute load average at its end.
+
+``--loop RUNS`` is the hang check: RUNS consecutive runs of ours at ``--ours-sizes``, each with
+fresh worker processes; a run whose workers do not answer within ``--case-timeout`` plus a
+margin is reported as hung with the state it stuck in (each worker prints its nodes counted by
+their last rendezvous action or step of the path, and its tasks' await chains; the parent prints
+what etcd holds for the run), and the loop goes on; exit code 3 if any hung. ``--profile DIR``
+writes a cProfile per worker process and case.
 
     .venv/bin/python bench/rendezvous_bench.py --sizes 64 --ours-sizes 256,1024,4096 \
         --scenarios min-eq-max --candidates ours,torch-c10d
-    .venv/bin/python bench/rendezvous_bench.py --sizes "" --ours-sizes 1024 \
-        --scenarios min-eq-max --candidates ours --repeat 20
+    .venv/bin/python bench/rendezvous_bench.py --ours-sizes 1024 --loop 20 --case-timeout 60
 """
 
 from __future__ import annotations
@@ -42,6 +51,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import cProfile
 import faulthandler
 import multiprocessing as mp
 import os
@@ -54,6 +64,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
@@ -65,12 +76,13 @@ from elasticjob_agent.etcd.client import EtcdClient
 from elasticjob_agent.etcd.session import LeaseKeeper
 from elasticjob_agent.protocol.keys import JobKeys
 from elasticjob_agent.rendezvous.backend import create_backend
+from elasticjob_agent.rendezvous.config import request_timeout_for
 from elasticjob_agent.rendezvous.deadline import drain
 from elasticjob_agent.rendezvous.executor import Executor, Outcome
 from elasticjob_agent.rendezvous.kv import AsyncEtcdStore
 from elasticjob_agent.rendezvous.role_info import RankAssignment, RoleInfo
 from elasticjob_agent.rendezvous.roles import exchange_roles_async
-from elasticjob_agent.rendezvous.state import Context
+from elasticjob_agent.rendezvous.state import Action, Context, Snapshot
 from elasticjob_agent.rendezvous.wire import RendezvousKeys
 from elasticjob_agent.supervision.worker_env import AgentKnobs, GroupContext, worker_env
 from torch.distributed import TCPStore  # type: ignore[attr-defined]
@@ -84,6 +96,9 @@ from torch.distributed.elastic.rendezvous.dynamic_rendezvous import (
 )
 
 CASE_TIMEOUT = 240.0
+ETCD_TIMEOUT = 60.0
+"""How long a node retries an unreachable etcd, past its join deadline if a request is in flight
+(``Executor.call``'s backstop)."""
 # How long the parent waits for a worker's answer past the case's own timeout before it calls
 # the case hung (every node's wait is bounded by CASE_TIMEOUT, so this never fires unless one
 # is not).
@@ -109,6 +124,11 @@ class Case:
     run_id: str
     path: str = "agent"
     lease_ttl: int = 10
+    profile_dir: str | None = None
+    timeout: float = CASE_TIMEOUT
+    """Every node's join deadline and store timeout (s); the case is hung past it plus a
+    margin."""
+    """Write each worker process's cProfile (start signal to its last node) here."""
 
     @property
     def min_nodes(self) -> int:
@@ -132,6 +152,9 @@ class NodeResult:
     error: str | None = None
     rendezvous_at: float | None = None
     """When ``next_rendezvous()`` returned (ours), before the rest of the agent's path."""
+    stage: str = "-"
+    """Where the node was when it finished or gave up (ours): the last rendezvous action it
+    decided, or the step of the agent's path after it."""
 
 
 # --- worker side -------------------------------------------------------------------------
@@ -154,9 +177,30 @@ def _environment(run_id: str, outcome: Outcome, assignment: RankAssignment) -> d
     return worker_env(ctx, 0, {}, AgentKnobs())
 
 
-async def _dump_tasks_after(seconds: float) -> None:
-    """Print the await chain of every task (counted) to stderr after ``seconds``."""
+def _track(ex: Executor, stages: list[str], i: int) -> None:
+    """Record in ``stages[i]`` every rendezvous action node ``i`` decides (and its round and
+    the joined count it saw), so a case that never ends says where each node stuck."""
+    inner = ex.step
+
+    async def step(snap: Snapshot, action: Action, ctx: Context) -> Snapshot:
+        stages[i] = f"{action.kind.value} (round {action.round}, saw {snap.joined} joined)"
+        return await inner(snap, action, ctx)
+
+    setattr(ex, "step", step)  # noqa: B010 - an instance attribute shadows the method
+
+
+def _stage_counts(stages: list[str]) -> str:
+    counts: dict[str, int] = {}
+    for stage in stages:
+        counts[stage] = counts.get(stage, 0) + 1
+    return "; ".join(f"{n} x {s}" for s, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+async def _dump_after(seconds: float, stages: list[str]) -> None:
+    """After ``seconds``: print where the nodes are and the await chain of every task
+    (counted) to stderr."""
     await asyncio.sleep(seconds)
+    print(f"[pid {os.getpid()}] nodes by stage: {_stage_counts(stages)}", file=sys.stderr)
     chains: dict[str, int] = {}
     for task in asyncio.all_tasks():
         parts = []
@@ -178,29 +222,36 @@ def _ours(case: Case, nodes: list[str], ready: Connection, start: Any) -> list[N
     keys = RendezvousKeys.of(JobKeys("/bench", case.run_id))
 
     async def main() -> list[NodeResult]:
-        clients = [EtcdClient(case.endpoint, request_timeout=60) for _ in nodes]
+        # As the agent's session: a request's deadline is RendezvousConfig.request_timeout.
+        timeout = request_timeout_for(ETCD_TIMEOUT)
+        clients = [EtcdClient(case.endpoint, request_timeout=timeout) for _ in nodes]
         leases = [LeaseKeeper(c, case.lease_ttl) for c in clients]
         # Connected (watch stream open) and holding a lease before the start signal, like an
         # agent that is up.
         await asyncio.gather(*(c.prepare() for c in clients))
         await asyncio.gather(*(lease.current() for lease in leases))
         executors = [
-            Executor(c, keys, node, lease, etcd_timeout=60, recheck_interval=5)
+            Executor(c, keys, node, lease, etcd_timeout=ETCD_TIMEOUT, recheck_interval=5)
             for c, node, lease in zip(clients, nodes, leases, strict=True)
         ]
         before = [c.requests for c in clients]
         ready.send("ready")
         await asyncio.get_running_loop().run_in_executor(None, _wait_start, start)
 
-        async def one(ex: Executor) -> tuple[float, float | None, float]:
+        stages = ["start"] * len(executors)
+        for i, ex in enumerate(executors):
+            _track(ex, stages, i)
+
+        async def one(i: int, ex: Executor) -> tuple[float, float | None, float]:
             now = time.time()
             ctx = Context(
                 min_nodes=case.min_nodes,
                 max_nodes=case.max_nodes,
                 last_call_timeout=case.last_call,
-                join_deadline=now + CASE_TIMEOUT,
+                join_deadline=now + case.timeout,
                 recheck_interval=5.0,
             )
+            stages[i] = "blind join"
             outcome = await ex.next_rendezvous(ctx, 0)
             returned = time.time()
             if outcome.master_addr != "127.0.0.1":
@@ -209,28 +260,44 @@ def _ours(case: Case, nodes: list[str], ready: Connection, start: Any) -> list[N
                 store = AsyncEtcdStore(
                     ex.client,
                     keys.store_prefix(outcome.round),
-                    timeout=CASE_TIMEOUT,
+                    timeout=case.timeout,
                     recheck_interval=5.0,
                 )
                 if outcome.rank == 0:  # what EtcdRendezvousHandler does for tools
+                    stages[i] = "rank 0 master keys"
                     await store.set(RendezvousStoreInfo.MASTER_ADDR_KEY, b"127.0.0.1")
                     await store.set(
                         RendezvousStoreInfo.MASTER_PORT_KEY, str(outcome.master_port).encode()
                     )
+                stages[i] = f"role exchange (rank {'0: gathers' if outcome.rank == 0 else '> 0'})"
                 mine = RoleInfo("default", outcome.rank, NPROC)
                 assignment = await exchange_roles_async(store, mine, outcome.world_size)
                 env = _environment(case.run_id, outcome, assignment)
                 if env["RANK"] != str(outcome.rank * NPROC):
                     raise RuntimeError(f"wrong RANK {env['RANK']} for node rank {outcome.rank}")
+            stages[i] = "done"
             return time.time(), ex.joined_at, returned
 
-        watchdog = asyncio.ensure_future(_dump_tasks_after(CASE_TIMEOUT + HANG_MARGIN / 4))
-        done = await asyncio.gather(*(one(ex) for ex in executors), return_exceptions=True)
+        watchdog = asyncio.ensure_future(
+            _dump_after(case.timeout + ETCD_TIMEOUT + HANG_MARGIN / 4, stages)
+        )
+        profiler = cProfile.Profile() if case.profile_dir else None
+        if profiler is not None:
+            profiler.enable()
+        done = await asyncio.gather(
+            *(one(i, ex) for i, ex in enumerate(executors)), return_exceptions=True
+        )
+        if profiler is not None:
+            profiler.disable()
+            assert case.profile_dir is not None
+            profiler.dump_stats(Path(case.profile_dir) / f"{case.run_id}-{os.getpid()}.prof")
         watchdog.cancel()
         results = []
-        for d, c, b in zip(done, clients, before, strict=True):
+        for d, c, b, stage in zip(done, clients, before, stages, strict=True):
             if isinstance(d, BaseException):
-                results.append(NodeResult(time.time(), None, c.requests - b, 0, repr(d)))
+                results.append(
+                    NodeResult(time.time(), None, c.requests - b, 0, repr(d), stage=stage)
+                )
             else:
                 results.append(NodeResult(d[0], d[1], c.requests - b, c.failed_txns, None, d[2]))
         try:
@@ -302,7 +369,7 @@ def _torch(case: Case, nodes: list[str], ready: Connection, start: Any) -> list[
         run_id=case.run_id,
         min_nodes=case.min_nodes,
         max_nodes=case.max_nodes,
-        join_timeout=str(int(CASE_TIMEOUT)),
+        join_timeout=str(int(case.timeout)),
         last_call_timeout=str(int(case.last_call)),
         local_addr="127.0.0.1",
         key_prefix="/bench",
@@ -357,7 +424,7 @@ def _torch(case: Case, nodes: list[str], ready: Connection, start: Any) -> list[
         t.start()
     ready.send("ready")
     for t in threads:
-        t.join(CASE_TIMEOUT + HANG_MARGIN / 2)
+        t.join(case.timeout + HANG_MARGIN / 2)
     out: list[NodeResult] = []
     for i, maybe in enumerate(results):
         r = maybe or NodeResult(time.time(), None, 0, 0, "hung")
@@ -403,7 +470,7 @@ def worker(conn: Connection, start: Any) -> None:
         case, nodes = msg
         fn = _ours if case.candidate == "ours" else _torch
         # A hung case says where: every thread's stack, and (ours) every task's await chain.
-        faulthandler.dump_traceback_later(CASE_TIMEOUT + HANG_MARGIN / 2)
+        faulthandler.dump_traceback_later(case.timeout + ETCD_TIMEOUT + HANG_MARGIN / 2)
         try:
             results = fn(case, nodes, conn, start)
             if case.candidate == "ours":
@@ -480,6 +547,12 @@ class Row:
     """CPU seconds of the worker processes from the start signal to their last node."""
     server_cpu: float
     """CPU seconds of etcd (or of the parent holding the TCPStore server) in the same window."""
+    etcd: dict[str, float]
+    """What etcd counted in the same window (``etcd_counters``; empty for TCPStore)."""
+    stuck: str | None
+    """Where the failed nodes stopped (``NodeResult.stage``, counted)."""
+    load: float
+    """The machine's 1-minute load average at the end of the case."""
 
     @property
     def cpu_per_node(self) -> float:
@@ -493,6 +566,58 @@ def etcd_cpu() -> float:
     """CPU seconds etcd has used so far (utime + stime from /proc)."""
     fields = Path(f"/proc/{ETCD_PID[0]}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# etcd's own counters (its /metrics), read before and after each case: what the server did.
+_ETCD_COUNTERS = {
+    "etcd_debugging_mvcc_events_total": "watch events sent",
+    "etcd_debugging_lease_renewed_total": "lease renewals",
+    "etcd_debugging_server_lease_expired_total": "leases expired",
+    "etcd_server_proposals_applied_total": "proposals applied",
+    "etcd_server_slow_apply_total": "slow applies",
+}
+
+
+def etcd_counters(endpoint: str) -> dict[str, float]:
+    """etcd's counters of interest, and its gRPC messages received per method (``rpc Txn``,
+    ``rpc Watch``: creations and cancellations, ``rpc LeaseKeepAlive``: refreshes...)."""
+    with urllib.request.urlopen(f"http://{endpoint}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("#") or " " not in line:
+            continue
+        name_labels, value = line.rsplit(" ", 1)
+        name = name_labels.split("{", 1)[0]
+        if name in _ETCD_COUNTERS:
+            out[_ETCD_COUNTERS[name]] = float(value)
+        elif name == "grpc_server_msg_received_total":
+            method = name_labels.split('grpc_method="', 1)[1].split('"', 1)[0]
+            key = f"rpc {method}"
+            out[key] = out.get(key, 0.0) + float(value)
+    return out
+
+
+def etcd_state(endpoint: str, run_id: str) -> str:
+    """What etcd holds for the run, node ids folded: ``key pattern: count [value if one]``."""
+    listing = subprocess.run(
+        ["etcdctl", f"--endpoints={endpoint}", "get", "--prefix", f"/bench/{run_id}/"],
+        capture_output=True,
+        env=dict(os.environ, ETCDCTL_API="3"),
+        check=False,
+        timeout=60,
+        text=True,
+    ).stdout.splitlines()
+    groups: dict[str, list[str]] = {}
+    for key, value in zip(listing[::2], listing[1::2], strict=False):
+        pattern = "/".join(
+            "<node>" if part.startswith("node-") else part for part in key.split("/")
+        )
+        groups.setdefault(pattern, []).append(value)
+    return "\n".join(
+        f"  {pattern}: {len(values)}" + (f" = {values[0][:120]}" if len(values) == 1 else "")
+        for pattern, values in sorted(groups.items())
+    )
 
 
 class Hung(Exception):
@@ -526,17 +651,27 @@ def run_case(case: Case, pool: list[tuple[Any, Connection]], start: Any) -> Row:
         if _recv(conn, setup_deadline) != "ready":
             raise RuntimeError("worker not ready")
     time.sleep(0.2)
-    server_before = etcd_cpu() if case.candidate != "torch-c10d" else _cpu()
+    on_etcd = case.candidate != "torch-c10d"
+    counters_before = etcd_counters(case.endpoint) if on_etcd else {}
+    server_before = etcd_cpu() if on_etcd else _cpu()
     t0 = time.time()
     start.set()
-    deadline = time.monotonic() + CASE_TIMEOUT + HANG_MARGIN
+    deadline = time.monotonic() + case.timeout + ETCD_TIMEOUT + HANG_MARGIN
     results: list[NodeResult] = []
     cpu = 0.0
-    for conn, _ in active:
-        part, part_cpu = _recv(conn, deadline)
-        results.extend(part)
-        cpu += part_cpu
-    server_cpu = (etcd_cpu() if case.candidate != "torch-c10d" else _cpu()) - server_before
+    try:
+        for conn, _ in active:
+            part, part_cpu = _recv(conn, deadline)
+            results.extend(part)
+            cpu += part_cpu
+    except Hung as exc:
+        state = etcd_state(case.endpoint, case.run_id) if on_etcd else "  (TCPStore)"
+        raise Hung(
+            f"{case.candidate} N={case.n}: {exc} (each worker printed its nodes by stage and "
+            f"its tasks to stderr); etcd holds:\n{state}"
+        ) from None
+    server_cpu = (etcd_cpu() if on_etcd else _cpu()) - server_before
+    counters_after = etcd_counters(case.endpoint) if on_etcd else {}
     for conn, _ in active:
         conn.send("cleanup")
     for conn, _ in active:
@@ -544,6 +679,7 @@ def run_case(case: Case, pool: list[tuple[Any, Connection]], start: Any) -> Row:
     start.clear()
     del master
     errors = [r.error for r in results if r.error]
+    stuck = _stage_counts([r.stage for r in results if r.error]) if errors else None
     joined = [r.joined_at for r in results if r.joined_at is not None]
     last = max(r.done_at for r in results)
     returned = [r.rendezvous_at for r in results if r.rendezvous_at is not None]
@@ -558,6 +694,9 @@ def run_case(case: Case, pool: list[tuple[Any, Connection]], start: Any) -> Row:
         first_error=errors[0] if errors else None,
         client_cpu=cpu,
         server_cpu=server_cpu,
+        etcd={k: v - counters_before.get(k, 0.0) for k, v in counters_after.items()},
+        stuck=stuck,
+        load=os.getloadavg()[0],
     )
 
 
@@ -594,7 +733,33 @@ def main() -> int:
     parser.add_argument(
         "--lease-ttl", type=int, default=10, help="ours: lease TTL (s), the agent's heartbeat"
     )
+    parser.add_argument(
+        "--case-timeout",
+        type=float,
+        default=CASE_TIMEOUT,
+        help="every node's join deadline (s); a case is hung past it plus a margin",
+    )
+    parser.add_argument(
+        "--loop",
+        type=int,
+        default=0,
+        metavar="RUNS",
+        help="hang check: RUNS consecutive runs of ours (min-eq-max, --ours-sizes), going on "
+        "after a hung run, each reported with the state it stuck in; exit 3 if any hung",
+    )
+    parser.add_argument(
+        "--profile", metavar="DIR", help="ours: a cProfile per worker process and case in DIR"
+    )
     args = parser.parse_args()
+    if args.loop:
+        if args.loop < 1:
+            parser.error("--loop must be at least 1")
+        args.candidates, args.scenarios, args.sizes, args.repeat = (
+            "ours",
+            "min-eq-max",
+            "",
+            args.loop,
+        )
     scenarios = [s for s in args.scenarios.split(",") if s]
     unknown = [s for s in scenarios if s not in SCENARIOS]
     if unknown:
@@ -618,14 +783,16 @@ def main() -> int:
     etcd = Etcd()
     ETCD_PID[0] = etcd.proc.pid
     rows: list[Row] = []
-    hung = False
+    hung = 0
+    if args.profile:
+        Path(args.profile).mkdir(parents=True, exist_ok=True)
     try:
         for scenario in scenarios:
             for n in sorted({*sizes, *ours_sizes}):
                 for candidate in candidates:
                     if n not in sizes and candidate != "ours":
                         continue
-                    for _ in range(args.repeat):
+                    for run in range(args.repeat):
                         case = Case(
                             candidate,
                             scenario,
@@ -635,23 +802,36 @@ def main() -> int:
                             f"{candidate}-{scenario}-{n}-{uuid.uuid4().hex[:6]}",
                             args.path,
                             args.lease_ttl,
+                            args.profile,
+                            args.case_timeout,
                         )
                         # Fresh worker processes for every case: grpc's asyncio layer is bound
                         # to one event loop per process, and a case must not inherit the last
                         # one's (its late callbacks hit a closed loop and can wedge new calls).
                         _stop(pool)
                         pool = _spawn(ctx, args.workers, start)
-                        row = run_case(case, pool, start)
+                        try:
+                            row = run_case(case, pool, start)
+                        except Hung as exc:
+                            hung += 1
+                            print(f"HUNG (run {run + 1}): {exc}", flush=True)
+                            if not args.loop:
+                                raise
+                            continue
                         rows.append(row)
                         print(_format(row), flush=True)
-    except Hung as exc:
-        hung = True
-        print(f"HUNG: {exc}", flush=True)
+    except Hung:
+        pass
     finally:
         etcd.close()
         _stop(pool)
     print()
     print(_table(rows, args.repeat))
+    if args.loop:
+        failed = sum(1 for r in rows if r.errors)
+        print(
+            f"\n--loop {args.loop}: {len(rows) + hung} runs, {hung} hung, {failed} with node errors"
+        )
     return 3 if hung else 0
 
 
@@ -659,12 +839,27 @@ def _format(row: Row) -> str:
     c = row.case
     alj = f"{row.after_last_join:.3f}" if row.after_last_join is not None else "-"
     rdzv = f"{row.rendezvous:.3f}" if row.rendezvous is not None else "-"
-    err = f" errors={row.errors} ({row.first_error})" if row.errors else ""
+    err = (
+        f" errors={row.errors} ({row.first_error}; failed nodes stopped at: {row.stuck})"
+        if row.errors
+        else ""
+    )
+    server = (
+        " etcd/node: "
+        + " ".join(
+            f"{name.replace(' ', '-')}={value / c.n:.2f}"
+            for name, value in sorted(row.etcd.items())
+            if value
+        )
+        if row.etcd
+        else ""
+    )
     return (
         f"{c.candidate:14s} {c.scenario:10s} N={c.n:5d} total={row.total:7.3f}s rdzv={rdzv} "
         f"after-last-join={alj} req/node={row.requests_per_node:6.1f} "
         f"failed-cas={row.failed_cas} cpu(clients)={row.client_cpu:.2f}s "
-        f"cpu(server)={row.server_cpu:.2f}s cpu/node={row.cpu_per_node * 1000:.2f}ms{err}"
+        f"cpu(server)={row.server_cpu:.2f}s cpu/node={row.cpu_per_node * 1000:.2f}ms "
+        f"load={row.load:.1f}{server}{err}"
     )
 
 
@@ -679,8 +874,8 @@ def _table(rows: list[Row], repeat: int) -> str:
     lines = [
         "| scenario | N | candidate | runs | total (s) | of which rendezvous (s) "
         "| last join -> last env (s) | requests/node | failed CAS | errors | CPU ms/node "
-        "| torch / ours |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| torch / ours | load |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     groups: dict[tuple[str, int, str], list[Row]] = {}
     for r in rows:
@@ -705,7 +900,8 @@ def _table(rows: list[Row], repeat: int) -> str:
             f"| {scenario} | {n} | {candidate} | {len(rs)} | {total:.3f}{spread} | {rdzv} | {alj} "
             f"| {_median([r.requests_per_node for r in rs]):.1f} "
             f"| {sum(r.failed_cas for r in rs)} | {sum(r.errors for r in rs)} "
-            f"| {_median([r.cpu_per_node for r in rs]) * 1000:.2f} | {ratio} |"
+            f"| {_median([r.cpu_per_node for r in rs]) * 1000:.2f} | {ratio} "
+            f"| {min(r.load for r in rs):.1f}-{max(r.load for r in rs):.1f} |"
         )
     return "\n".join(lines)
 

@@ -1,9 +1,11 @@
 """The cluster demo: install the chart, run an ElasticJob, break it twice, watch it succeed.
 
-Everything after the local cluster is up (``make cluster-up``):
+Everything after the local cluster is up (``make cluster-up``), on its real nodes (kubelet,
+containerd, runc: the operator from its image, the job on the training image, the managed etcd
+on the etcd image):
 
-1. ``helm upgrade --install`` the operator chart and wait for the operator;
-2. ``kubectl apply`` the job (``examples/elasticjob.yaml`` by default);
+1. ``helm upgrade --install`` the operator chart (placed on the real nodes) and wait for it;
+2. ``kubectl apply`` the job (``examples/elasticjob.yaml`` by default, placed on the real nodes);
 3. print one line per change of the job's phase, nodes, round, world size, restarts or stall;
 4. once it trains, SIGKILL one training process of one worker pod (a failure: spends one
    restart; the pod and its agent stay, the agent restarts the group);
@@ -41,6 +43,14 @@ OPERATOR_NAMESPACE = "elasticjob-system"
 
 JOB_LABEL = "elasticjob.dev/job-name"
 ROLE_LABEL = "elasticjob.dev/role"
+REAL_NODE_LABEL = "elasticjob.dev/real-node"
+"""The local cluster labels its real nodes so, and taints them so when it has virtual nodes too
+(``elasticjob_localcluster.realnodes.layout``)."""
+REAL_NODE_PLACEMENT: dict[str, Any] = {
+    "nodeSelector": {REAL_NODE_LABEL: "true"},
+    "tolerations": [{"key": REAL_NODE_LABEL, "operator": "Exists", "effect": "NoSchedule"}],
+}
+"""A pod spec's placement on the local cluster's real nodes (the chart's values take the same)."""
 
 
 def with_steps(args: Sequence[str], steps: int) -> list[str]:
@@ -186,6 +196,9 @@ class Scenario:
     operator_namespace: str = OPERATOR_NAMESPACE
     steps: int | None = None
     """Override the trainer's ``--steps`` (the example's default is over before a fault lands)."""
+    placement: dict[str, Any] | None = None
+    """``nodeSelector`` and ``tolerations`` for the operator's and the job's pods (the managed
+    etcd follows the job's); ``None``: wherever the scheduler puts them."""
     workdir: Path = field(default_factory=lambda: Path(tempfile.gettempdir()) / "elasticjob-demo")
     out: Callable[[str], None] = print
     timeline: Timeline = field(init=False)
@@ -203,10 +216,13 @@ class Scenario:
     def install_operator(self) -> None:
         self.out(f"==> helm upgrade --install {self.release} {CHART.relative_to(REPO)}")
         sets = [a for k, v in self.helm_values.items() for a in ("--set", f"{k}={v}")]
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        values = self.workdir / "placement-values.json"
+        values.write_text(json.dumps(self.placement or {}))
         self.ops.helm(
             "upgrade", "--install", self.release, str(CHART),
             "--namespace", self.operator_namespace, "--create-namespace",
-            "--wait", "--timeout", "5m", *sets,
+            "--values", str(values), "--wait", "--timeout", "5m", *sets,
         )  # fmt: skip
         self.ops.kubectl(
             "-n", self.operator_namespace, "rollout", "status",
@@ -216,13 +232,18 @@ class Scenario:
 
     def prepared_manifest(self) -> Path:
         """The manifest as applied: ``--steps`` set to ``self.steps`` (long enough for both
-        faults) and every hostPath made unique to this run, so no checkpoint of an earlier run
-        makes the job finish at once."""
+        faults), the placement added, and every hostPath made unique to this run, so no
+        checkpoint of an earlier run makes the job finish at once."""
         docs = [d for d in yaml.safe_load_all(self.manifest.read_text()) if d]
         jobs = [d for d in docs if d.get("kind") == "ElasticJob"]
         if len(jobs) != 1:
             raise DemoError(f"{self.manifest} must hold exactly one ElasticJob, found {len(jobs)}")
         spec = jobs[0]["spec"]["template"]["spec"]
+        for key, value in (self.placement or {}).items():
+            if isinstance(value, dict):
+                spec[key] = {**spec.get(key, {}), **value}
+            else:
+                spec[key] = [*spec.get(key, []), *value]
         if self.steps is not None:
             for container in spec["containers"]:
                 container["args"] = with_steps(container.get("args", []), self.steps)
@@ -430,8 +451,8 @@ class ClusterAdapter:
         return self.cluster.helm(*args, timeout=600).stdout
 
     def kill_training_process(self, namespace: str, pod: str) -> int:
-        # The agent's status lists its workers' pids; pods are host processes on this cluster,
-        # and `kill` runs in the pod as `kubectl exec <pod> -- kill -9 <pid>` would.
+        # The agent's status lists its workers' pids (as its pod sees them); the kill runs in
+        # the pod, as `kubectl exec <pod> -- ...` does.
         url = f"http://{self.cluster.pod_ip(namespace, pod)}:{DEFAULT_HEALTH_PORT}/status"
 
         def running_pids() -> list[int]:
@@ -449,7 +470,9 @@ class ClusterAdapter:
         except TimeoutError as exc:
             message = f"{namespace}/{pod}: its agent reports no running worker ({url})"
             raise DemoError(message) from exc
-        self.cluster.exec_in_pod(namespace, pod, ["kill", "-KILL", str(pids[0])])
+        # Python, not kill(1): the training image need not hold procps.
+        kill = f"import os, signal; os.kill({pids[0]}, signal.SIGKILL)"
+        self.cluster.exec_in_pod(namespace, pod, ["python", "-c", kill], check=True)
         return pids[0]
 
     def cut_pod(self, namespace: str, pod: str) -> None:
@@ -490,12 +513,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+    if not cluster.real_nodes:
+        print(
+            f"demo: local cluster {args.cluster!r} has no real nodes (started with --real-nodes "
+            "0): the demo runs its images on real nodes. `make cluster-down` then `make demo` "
+            "starts it with two.",
+            file=sys.stderr,
+        )
+        return 1
     scenario = Scenario(
         ops=ClusterAdapter(cluster),
         manifest=args.manifest,
         namespace=args.namespace,
         timeout=args.timeout,
         steps=args.steps or None,
+        placement=REAL_NODE_PLACEMENT,
     )
     try:
         final = scenario.run(inject=not args.no_faults)

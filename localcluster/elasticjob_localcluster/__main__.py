@@ -70,7 +70,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"  export PATH={tool_path('kubectl').parent}:$PATH   # kubectl and helm\n"
                 "  kubectl get nodes\n"
                 f"  python -m elasticjob_localcluster logs NAMESPACE POD   # or kubectl logs\n\n"
-                "stop it with `make cluster-down`"
+                "stop it with `make cluster-down"
+                + ("" if config.name == "dev" else f" CLUSTER={config.name}")
+                + "`"
             )
             return 0
         if args.command == "down":

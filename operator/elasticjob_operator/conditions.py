@@ -16,12 +16,16 @@ class ConditionType(StrEnum):
     RUNNING = "Running"
     """The worker group completed a rendezvous and trains."""
     STALLED = "Stalled"
-    """Agents are blocked: reason EtcdUnavailable, PodsUnschedulable or WaitingForNodes."""
+    """Agents are blocked: reason EtcdUnavailable, PodsUnschedulable, PodsNotStarting or
+    WaitingForNodes."""
     SUSPENDED = "Suspended"
     QUEUED = "Queued"
     """Kueue has not admitted the job's core; the reason and message say why."""
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
+    PODS_NOT_STARTING = "PodsNotStarting"
+    """The kubelet cannot start a container of the job's pods: the reason is the kubelet's
+    (``ErrImagePull``, ``StartError``, ...), the message names pod, container and cause."""
     REQUEST_REJECTED = "RequestRejected"
     """The API server refused a request of the operator (403, 422, 400), with its message;
     the operator retries with a growing back-off until the cause is fixed."""

@@ -10,10 +10,10 @@ from __future__ import annotations
 import base64
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Awaitable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -22,6 +22,8 @@ from . import names
 from .conditions import rfc3339
 from .leadership import LeaseRecord
 from .manifests import JobRef
+
+T = TypeVar("T")
 
 MERGE_PATCH = "application/merge-patch+json"
 COMPONENT = "elasticjob-operator"
@@ -77,6 +79,20 @@ def _wrap(exc: Exception, what: str) -> KubeError:
     return TransientKubeError(f"{what}: {exc!r}")
 
 
+async def _request(what: str, call: Awaitable[T], *, tolerate: Collection[int] = ()) -> T | None:
+    """Await one API call. ``None`` when the server answered with a status in ``tolerate``
+    (404 for "gone already", 409 for "exists already"); every other failure is wrapped once
+    into a ``KubeError`` that names ``what`` was asked."""
+    try:
+        return await call
+    except ApiException as exc:
+        if exc.status in tolerate:
+            return None
+        raise _wrap(exc, what) from exc
+    except (TimeoutError, OSError) as exc:
+        raise _wrap(exc, what) from exc
+
+
 @dataclass(frozen=True)
 class OwnedData:
     data: dict[str, str]
@@ -114,51 +130,39 @@ class Kube:
         kind = manifest["kind"]
         ns = manifest["metadata"]["namespace"]
         name = manifest["metadata"]["name"]
-        try:
-            if kind == "Pod":
-                await self._core.create_namespaced_pod(ns, dict(manifest))
-            elif kind == "Service":
-                await self._core.create_namespaced_service(ns, dict(manifest))
-            elif kind == "Secret":
-                await self._core.create_namespaced_secret(ns, dict(manifest))
-            elif kind == "NetworkPolicy":
-                await self._networking.create_namespaced_network_policy(ns, dict(manifest))
-            else:
-                raise PermanentKubeError(f"cannot create kind {kind!r}")
-        except ApiException as exc:
-            if exc.status == 409:
-                return False
-            raise _wrap(exc, f"create {kind} {ns}/{name}") from exc
-        except (TimeoutError, OSError) as exc:
-            raise _wrap(exc, f"create {kind} {ns}/{name}") from exc
-        return True
+        creators = {
+            "Pod": self._core.create_namespaced_pod,
+            "Service": self._core.create_namespaced_service,
+            "Secret": self._core.create_namespaced_secret,
+            "NetworkPolicy": self._networking.create_namespaced_network_policy,
+        }
+        if kind not in creators:
+            raise PermanentKubeError(f"cannot create kind {kind!r}")
+        created = await _request(
+            f"create {kind} {ns}/{name}", creators[kind](ns, dict(manifest)), tolerate=(409,)
+        )
+        return created is not None
 
     async def delete_pod(self, namespace: str, name: str, force: bool = False) -> None:
         """Delete a pod; ``force`` uses grace period 0 (its node is gone). Gone already is fine."""
         body = client.V1DeleteOptions(grace_period_seconds=0 if force else None)
-        try:
-            await self._core.delete_namespaced_pod(name, namespace, body=body)
-        except ApiException as exc:
-            if exc.status == 404:
-                return
-            raise _wrap(exc, f"delete pod {namespace}/{name}") from exc
-        except (TimeoutError, OSError) as exc:
-            raise _wrap(exc, f"delete pod {namespace}/{name}") from exc
+        await _request(
+            f"delete pod {namespace}/{name}",
+            self._core.delete_namespaced_pod(name, namespace, body=body),
+            tolerate=(404,),
+        )
 
     async def annotate_pod(self, namespace: str, name: str, annotations: Mapping[str, str]) -> None:
-        try:
-            await self._core.patch_namespaced_pod(
+        await _request(
+            f"annotate pod {namespace}/{name}",
+            self._core.patch_namespaced_pod(
                 name,
                 namespace,
                 {"metadata": {"annotations": dict(annotations)}},
                 _content_type=MERGE_PATCH,
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return
-            raise _wrap(exc, f"annotate pod {namespace}/{name}") from exc
-        except (TimeoutError, OSError) as exc:
-            raise _wrap(exc, f"annotate pod {namespace}/{name}") from exc
+            ),
+            tolerate=(404,),
+        )
 
     async def patch_job_status(
         self, job: JobRef, status: Mapping[str, Any], resource_version: str | None = None
@@ -170,8 +174,9 @@ class Kube:
         if resource_version is not None:
             metadata["resourceVersion"] = resource_version
         body = {"metadata": metadata, "status": dict(status)}
-        try:
-            result = await self._custom.patch_namespaced_custom_object_status(
+        result = await _request(
+            f"patch status of {job.namespace}/{job.name}",
+            self._custom.patch_namespaced_custom_object_status(
                 names.GROUP,
                 names.VERSION,
                 job.namespace,
@@ -179,24 +184,20 @@ class Kube:
                 job.name,
                 body,
                 _content_type=MERGE_PATCH,
-            )
-        except ApiException as exc:
-            raise _wrap(exc, f"patch status of {job.namespace}/{job.name}") from exc
-        except (TimeoutError, OSError) as exc:
-            raise _wrap(exc, f"patch status of {job.namespace}/{job.name}") from exc
+            ),
+        )
         version = ((result or {}).get("metadata") or {}).get("resourceVersion")
         return str(version) if version else None
 
     async def get_secret(self, namespace: str, name: str) -> OwnedData | None:
         """A Secret's data (decoded) and its controller's uid; ``None`` when it does not exist."""
-        try:
-            secret = await self._core.read_namespaced_secret(name, namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise _wrap(exc, f"get Secret {namespace}/{name}") from exc
-        except (TimeoutError, OSError) as exc:
-            raise _wrap(exc, f"get Secret {namespace}/{name}") from exc
+        secret = await _request(
+            f"get Secret {namespace}/{name}",
+            self._core.read_namespaced_secret(name, namespace),
+            tolerate=(404,),
+        )
+        if secret is None:
+            return None
         data = {
             key: base64.b64decode(value).decode(errors="replace")
             for key, value in (secret.data or {}).items()
@@ -205,30 +206,24 @@ class Kube:
         return OwnedData(data, owner)
 
     async def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            result: dict[str, Any] = await self._custom.get_namespaced_custom_object(
+        result: dict[str, Any] | None = await _request(
+            f"get {namespace}/{name}",
+            self._custom.get_namespaced_custom_object(
                 names.GROUP, names.VERSION, namespace, names.PLURAL, name
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise _wrap(exc, f"get {namespace}/{name}") from exc
-        except (TimeoutError, OSError) as exc:
-            raise _wrap(exc, f"get {namespace}/{name}") from exc
+            ),
+            tolerate=(404,),
+        )
         return result
 
     async def get_workload(self, namespace: str, name: str) -> dict[str, Any] | None:
         """Kueue's Workload ``name`` (read-only); ``None`` when it does not exist."""
-        try:
-            result: dict[str, Any] = await self._custom.get_namespaced_custom_object(
+        result: dict[str, Any] | None = await _request(
+            f"get workload {namespace}/{name}",
+            self._custom.get_namespaced_custom_object(
                 "kueue.x-k8s.io", "v1beta2", namespace, "workloads", name
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise _wrap(exc, f"get workload {namespace}/{name}") from exc
-        except (TimeoutError, OSError) as exc:
-            raise _wrap(exc, f"get workload {namespace}/{name}") from exc
+            ),
+            tolerate=(404,),
+        )
         return result
 
     async def delete_job(self, job: JobRef) -> None:
@@ -236,16 +231,14 @@ class Kube:
         body = client.V1DeleteOptions(
             preconditions=client.V1Preconditions(uid=job.uid), propagation_policy="Background"
         )
-        try:
-            await self._custom.delete_namespaced_custom_object(
+        # 409: the uid precondition failed, a new job of that name is not ours to delete.
+        await _request(
+            f"delete {job.namespace}/{job.name}",
+            self._custom.delete_namespaced_custom_object(
                 names.GROUP, names.VERSION, job.namespace, names.PLURAL, job.name, body=body
-            )
-        except ApiException as exc:
-            if exc.status in (404, 409):
-                return
-            raise _wrap(exc, f"delete {job.namespace}/{job.name}") from exc
-        except (TimeoutError, OSError) as exc:
-            raise _wrap(exc, f"delete {job.namespace}/{job.name}") from exc
+            ),
+            tolerate=(404, 409),
+        )
 
     async def post_event(
         self, job: JobRef, type_: str, reason: str, message: str, now: float
@@ -272,25 +265,22 @@ class Kube:
             "source": {"component": COMPONENT},
             "reportingComponent": COMPONENT,
         }
-        try:
-            await self._core.create_namespaced_event(job.namespace, body)
-        except ApiException as exc:
-            raise _wrap(exc, f"post event {reason} for {job.namespace}/{job.name}") from exc
-        except (TimeoutError, OSError) as exc:
-            raise _wrap(exc, f"post event {reason} for {job.namespace}/{job.name}") from exc
+        await _request(
+            f"post event {reason} for {job.namespace}/{job.name}",
+            self._core.create_namespaced_event(job.namespace, body),
+        )
 
     # -- leader election -------------------------------------------------------------------------
 
     async def read_lease(self, namespace: str, name: str) -> LeaseRecord:
         """The Lease (``resource_version`` ``None`` when it does not exist)."""
-        try:
-            lease = await self._coordination.read_namespaced_lease(name, namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                return LeaseRecord()
-            raise _wrap(exc, f"read lease {namespace}/{name}") from exc
-        except (TimeoutError, OSError) as exc:
-            raise _wrap(exc, f"read lease {namespace}/{name}") from exc
+        lease = await _request(
+            f"read lease {namespace}/{name}",
+            self._coordination.read_namespaced_lease(name, namespace),
+            tolerate=(404,),
+        )
+        if lease is None:
+            return LeaseRecord()
         spec = lease.spec
         return LeaseRecord(
             holder=spec.holder_identity or "",
@@ -319,18 +309,12 @@ class Kube:
                 "leaseTransitions": record.transitions,
             },
         }
-        try:
-            if record.resource_version is None:
-                await self._coordination.create_namespaced_lease(namespace, body)
-            else:
-                await self._coordination.replace_namespaced_lease(name, namespace, body)
-        except ApiException as exc:
-            if exc.status == 409:
-                return False
-            raise _wrap(exc, f"write lease {namespace}/{name}") from exc
-        except (TimeoutError, OSError) as exc:
-            raise _wrap(exc, f"write lease {namespace}/{name}") from exc
-        return True
+        if record.resource_version is None:
+            call = self._coordination.create_namespaced_lease(namespace, body)
+        else:
+            call = self._coordination.replace_namespaced_lease(name, namespace, body)
+        written = await _request(f"write lease {namespace}/{name}", call, tolerate=(409,))
+        return written is not None
 
 
 def micro_time(unix_time: float) -> str:

@@ -2,6 +2,7 @@
 
 ``pod_view`` turns a Pod object (a plain dict, as kopf and the API return it) into a ``PodView``;
 ``Observed`` bundles the pods, the agents' health reports and the operator's etcd probe.
+``start_failure`` reads why the kubelet cannot start a pod's containers (``StartFailure``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,74 @@ from elasticjob_agent.protocol.health import HealthReport
 from . import names
 from .agent_command import AGENT
 from .kueue import admission_gated
+
+START_FAILURE_REASONS = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "ErrImageNeverPull",
+        "InvalidImageName",
+        "ImageInspectError",
+        "RegistryUnavailable",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+        "PreStartHookError",
+        "PostStartHookError",
+        "StartError",
+        "ContainerCannotRun",
+    }
+)
+"""The kubelet's reasons for a container that cannot start (a waiting state, which the kubelet
+retries for ever, or under ``restartPolicy: Never`` a terminated one: ``StartError``, exit code
+128). ``ContainerCreating`` and ``PodInitializing`` are the normal way there, not failures."""
+MAX_START_MESSAGE = 512
+"""The kubelet's message is kept up to this many characters (the status stays small)."""
+
+
+@dataclass(frozen=True)
+class StartFailure:
+    """Why a pod's container cannot start, in the kubelet's words."""
+
+    slot: str
+    """What the pod stands for: ``worker-<index>`` or ``etcd`` (replacements share the slot)."""
+    pod: str
+    container: str
+    reason: str
+    """The kubelet's reason, one of ``START_FAILURE_REASONS``."""
+    message: str
+
+    def summary(self) -> str:
+        """One line for conditions, Events and the ``Failed`` message."""
+        text = f"pod {self.pod} container {self.container}: {self.reason}"
+        return f"{text}: {self.message}" if self.message else text
+
+    def to_json(self) -> dict[str, str]:
+        return {
+            "slot": self.slot,
+            "pod": self.pod,
+            "container": self.container,
+            "reason": self.reason,
+            "message": self.message,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> StartFailure | None:
+        """A stored entry; ``None`` when it is not one (a stored status is read, never trusted)."""
+        if not isinstance(data, Mapping):
+            return None
+        slot, pod, container, reason, message = (
+            data.get(k) for k in ("slot", "pod", "container", "reason", "message")
+        )
+        if not all(isinstance(f, str) and f for f in (slot, pod, container, reason)):
+            return None
+        return cls(
+            slot=str(slot),
+            pod=str(pod),
+            container=str(container),
+            reason=str(reason),
+            message=_cap(message, MAX_START_MESSAGE) if isinstance(message, str) else "",
+        )
 
 
 class PodPhase(StrEnum):
@@ -57,6 +126,8 @@ class PodView:
     """The root cause its agent left in the main container's termination message, once that
     container terminated (the kubelet keeps it after the agent, and its health report, are
     gone)."""
+    start_failure: StartFailure | None = None
+    """Why the kubelet cannot start one of its containers (``None`` while nothing blocks it)."""
 
     @property
     def terminal(self) -> bool:
@@ -117,8 +188,9 @@ def pod_view(pod: Mapping[str, Any]) -> PodView | None:
             unschedulable = str(cond.get("message") or "unschedulable")
     main = _main_container_name(spec, role)
     exit_code, finished_at, message = _container_exit(status, main)
+    name = str(meta["name"])
     return PodView(
-        name=str(meta["name"]),
+        name=name,
         role=role,
         index=index,
         attempt=attempt,
@@ -134,7 +206,40 @@ def pod_view(pod: Mapping[str, Any]) -> PodView | None:
         ready=ready and phase is PodPhase.RUNNING,
         gated=admission_gated(spec),
         last_failure=None if message is None else from_termination_message(message),
+        start_failure=start_failure(
+            status, pod=name, slot="etcd" if role == names.ROLE_ETCD else f"worker-{index}"
+        ),
     )
+
+
+def start_failure(status: Mapping[str, Any], *, pod: str, slot: str) -> StartFailure | None:
+    """The first container (init containers first) the kubelet cannot start, from a pod's
+    ``status``; ``None`` when every container started or is on its normal way there."""
+    for key in ("initContainerStatuses", "containerStatuses"):
+        for container in status.get(key) or []:
+            if not isinstance(container, Mapping):
+                continue
+            state = container.get("state")
+            if not isinstance(state, Mapping):
+                continue
+            for detail in (state.get("waiting"), state.get("terminated")):
+                if not isinstance(detail, Mapping):
+                    continue
+                reason = detail.get("reason")
+                if reason in START_FAILURE_REASONS:
+                    message = str(detail.get("message") or "")
+                    return StartFailure(
+                        slot=slot,
+                        pod=pod,
+                        container=str(container.get("name") or "?"),
+                        reason=str(reason),
+                        message=_cap(message, MAX_START_MESSAGE),
+                    )
+    return None
+
+
+def _cap(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def node_lost(node: Mapping[str, Any]) -> bool:

@@ -17,7 +17,7 @@ from elasticjob_agent.protocol.health import AgentState, HealthReport
 from elasticjob_agent.protocol.keys import JobKeys
 from elasticjob_agent.protocol.restarts import RestartReason
 
-from . import kueue, manifests, names, restarts, root_cause, seeding
+from . import kueue, manifests, names, restarts, root_cause, seeding, start_failures
 from .conditions import ConditionType, find_condition, set_condition, stamp_generation
 from .observed import Observed, PodPhase, PodView
 from .spec import CleanPodPolicy, EtcdMode, JobSpec
@@ -265,6 +265,7 @@ def _plan(
     admission = _manage_workers(draft, job, spec, observed, now)
 
     current = _current_workers(observed.workers, draft.status.attempts)
+    _note_start_failures(draft, spec, observed, now)
     stall = classify(
         observed,
         etcd_view,
@@ -394,7 +395,8 @@ def _terminal_failure(
             ExitCode.MAX_RESTARTS_EXCEEDED.reason,
             f"job-wide restart budget spent: {failures} failure restarts, "
             f"maxRestarts {spec.max_restarts}"
-            + ("" if last is None else f"; last root cause: {last.summary()}"),
+            + ("" if last is None else f"; last root cause: {last.summary()}")
+            + "".join(f"; cannot start: {f.summary()}" for f in status.start_failures[:1]),
         )
     if ExitCode.USAGE in codes:
         return (
@@ -782,6 +784,9 @@ def _manage_workers(
 
 
 def _describe_loss(pod: PodView, lost_nodes: frozenset[str]) -> str:
+    if pod.start_failure is not None:
+        failure = pod.start_failure
+        return f"could not start container {failure.container}: {failure.reason}: {failure.message}"
     if pod.node is not None and pod.node in lost_nodes:
         return f"is on lost node {pod.node}"
     if pod.evicted:
@@ -792,6 +797,26 @@ def _describe_loss(pod: PodView, lost_nodes: frozenset[str]) -> str:
 
 
 # -- stalls and summary --------------------------------------------------------------------------
+
+
+def _note_start_failures(draft: _Draft, spec: JobSpec, observed: Observed, now: float) -> None:
+    """Keep ``status.startFailures`` and the ``PodsNotStarting`` condition, with a Warning
+    Event (the kubelet's reason) for each new cause (``start_failures``).
+
+    Each slot's newest pod speaks for it, also one replaced in this very step: a pod that ends
+    with ``StartError`` is seen once before its replacement supersedes it."""
+    before = draft.status.start_failures
+    after = start_failures.track(
+        before,
+        workers=_current_workers(observed.workers, {}),
+        replicas=spec.replicas,
+        etcd=max(observed.etcd_pods, key=lambda p: p.index, default=None),
+        managed_etcd=spec.etcd.mode is EtcdMode.MANAGED,
+    )
+    for failure in start_failures.news(before, after):
+        draft.event("Warning", failure.reason, f"cannot start {failure.summary()}")
+    conds = start_failures.condition(draft.status.conditions, after, now=now)
+    draft.status = draft.status.evolve(start_failures=after, conditions=tuple(conds))
 
 
 def _track_stall(draft: _Draft, spec: JobSpec, stall: Stall | None, now: float) -> bool:

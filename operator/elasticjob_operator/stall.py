@@ -1,6 +1,6 @@
 """Stall classification: why a job's agents cannot make progress (pure; the clock is an argument).
 
-Three reasons, in order of precedence:
+The reasons, in order of precedence (but see ``PodsNotStarting``):
 
 - ``EtcdUnavailable``: the operator's etcd probe has failed for ``etcd_unavailable_after``
   seconds while no agent and not the kubelet reaches etcd, the managed etcd pod failed or
@@ -8,6 +8,10 @@ Three reasons, in order of precedence:
   absence, so this needs the operator's probe and the agents.
 - ``PodsUnschedulable``: fewer than ``minNodes`` worker pods can run because the scheduler
   cannot place the rest (for example more GPUs asked for than exist).
+- ``PodsNotStarting``: the kubelet cannot start the managed etcd's container, or fewer than
+  ``minNodes`` worker pods can run because it cannot start the rest (an image that does not
+  exist, a missing Secret, ...). A managed etcd that cannot start comes before every other
+  reason: agents that cannot reach an etcd that never started are its consequence.
 - ``WaitingForNodes``: agents have waited in rendezvous for ``waiting_after`` seconds while
   fewer than ``minNodes`` agents are alive.
 """
@@ -26,6 +30,7 @@ from .observed import Observed, PodPhase, PodView
 class StallReason(StrEnum):
     ETCD_UNAVAILABLE = "EtcdUnavailable"
     PODS_UNSCHEDULABLE = "PodsUnschedulable"
+    PODS_NOT_STARTING = "PodsNotStarting"
     WAITING_FOR_NODES = "WaitingForNodes"
 
 
@@ -72,6 +77,11 @@ def classify(
 ) -> Stall | None:
     """The job's stall, or ``None`` when nothing blocks it."""
     reports = [r for r in observed.reports.values() if r.run_id == run_id]
+    if etcd.managed and etcd.pod is not None and etcd.pod.start_failure is not None:
+        return Stall(
+            StallReason.PODS_NOT_STARTING,
+            f"the managed etcd cannot start: {etcd.pod.start_failure.summary()}",
+        )
     etcd_stall = _etcd_stall(observed, etcd, reports, now, settings)
     if etcd_stall is not None:
         return etcd_stall
@@ -82,6 +92,13 @@ def classify(
             StallReason.PODS_UNSCHEDULABLE,
             f"{len(unschedulable)} worker pod(s) cannot be scheduled and fewer than minNodes "
             f"({min_nodes}) can run: {unschedulable[0].unschedulable}",
+        )
+    blocked = [p.start_failure for p in live if p.start_failure is not None]
+    if blocked and len(live) - len(unschedulable) - len(blocked) < min_nodes:
+        return Stall(
+            StallReason.PODS_NOT_STARTING,
+            f"{len(blocked)} worker pod(s) cannot start and fewer than minNodes ({min_nodes}) "
+            f"can run: {blocked[0].summary()}",
         )
     waiting = [
         r

@@ -15,7 +15,7 @@ from typing import Any
 
 from . import restarts
 from .conditions import rfc3339
-from .observed import parse_time
+from .observed import StartFailure, parse_time
 
 
 class Phase(StrEnum):
@@ -80,6 +80,8 @@ class JobStatus:
     """Pods whose last answer was not a valid health report, with the reason (bounded)."""
     last_failure: Mapping[str, Any] | None = None
     """The newest root cause an agent reported (``protocol.failure.WorkerFailure`` as JSON)."""
+    start_failures: tuple[StartFailure, ...] = ()
+    """Pods whose containers the kubelet cannot start, one per slot (``start_failures.track``)."""
 
     def evolve(self, **changes: Any) -> JobStatus:
         return replace(self, **changes)
@@ -129,6 +131,7 @@ class JobStatus:
                 for pod, reason in sorted(self.invalid_reports.items())
             ],
             "lastFailure": None if self.last_failure is None else dict(self.last_failure),
+            "startFailures": [f.to_json() for f in self.start_failures],
         }
 
     @classmethod
@@ -185,11 +188,20 @@ class JobStatus:
             last_failure=dict(data["lastFailure"])
             if isinstance(data.get("lastFailure"), Mapping)
             else None,
+            start_failures=tuple(
+                f
+                for f in (StartFailure.from_json(d) for d in _list(data.get("startFailures")))
+                if f is not None
+            ),
         )
 
 
 def _time(value: float | None) -> str | None:
     return None if value is None else rfc3339(value)
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 def _int(value: Any, default: int = 0) -> int:

@@ -25,18 +25,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc
 from aetcd import rpc
 
 from elasticjob_agent.etcd.endpoints import Endpoint, parse_endpoints
 from elasticjob_agent.rendezvous.errors import RendezvousConnectionError
-
-T = TypeVar("T")
 
 
 def _from_server(exc: BaseException) -> bool:
@@ -485,19 +483,6 @@ class EtcdClient:
             self, key, range_end, start_revision=start_revision, prev_kv=prev_kv, no_put=no_put
         )
 
-    async def retry_until(
-        self,
-        op: Callable[[], Awaitable[T]],
-        deadline: float,
-        *,
-        monotonic: Callable[[], float] = time.monotonic,
-    ) -> T:
-        """``elasticjob_agent.etcd.retry.retry_until`` bounded by ``deadline`` only (kept for
-        callers written before the helper; new code calls the helper)."""
-        from elasticjob_agent.etcd.retry import retry_until  # noqa: PLC0415 - it imports us
-
-        return await retry_until(op, deadline=deadline, clock=monotonic)
-
 
 class _WatchStream:
     """One bidirectional gRPC watch stream carrying many watchers (routed by watch id), as
@@ -642,8 +627,6 @@ class Watch:
             filters=[rpc.WatchCreateRequest.NOPUT] if no_put else [],
         )
         self._stream: _WatchStream | None = None
-        self._keepalive_call: Any = None
-        self._keepalive_lock = asyncio.Lock()
         self._id = 0
         self._queue: asyncio.Queue[Any] | None = None
 

@@ -11,20 +11,23 @@ from __future__ import annotations
 import base64
 import binascii
 import math
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from torch.distributed.elastic.rendezvous.dynamic_rendezvous import RendezvousBackend, Token
 
 from elasticjob_agent.etcd.client import cmp_mod, cmp_version, op_put, op_range
 from elasticjob_agent.etcd.endpoints import Endpoint
+from elasticjob_agent.etcd.retry import retry_until
 from elasticjob_agent.etcd.session import EtcdSession
 from elasticjob_agent.protocol.keys import DEFAULT_PREFIX, JobKeys
-from elasticjob_agent.rendezvous.config import BACKEND_NAME, RendezvousConfig
+from elasticjob_agent.rendezvous.config import BACKEND_NAME, RendezvousConfig, request_timeout_for
 from elasticjob_agent.rendezvous.errors import RendezvousStateError
-from elasticjob_agent.rendezvous.executor import Executor
 from elasticjob_agent.rendezvous.store import EtcdStore
 from elasticjob_agent.rendezvous.wire import RendezvousKeys, decode, encode
+
+T = TypeVar("T")
 
 
 class EtcdV3RendezvousBackend(RendezvousBackend):
@@ -43,16 +46,14 @@ class EtcdV3RendezvousBackend(RendezvousBackend):
         self._key = self._keys.torch_state
         self._owns_session = session is None
         self.session = session or EtcdSession(
-            endpoints, request_timeout=min(5.0, etcd_timeout), lease_ttl=10
+            endpoints, request_timeout=request_timeout_for(etcd_timeout), lease_ttl=10
         )
-        # Only for its bounded retries on an unreachable etcd; it holds no rendezvous state.
-        self._retry = Executor(
-            self.session.client,
-            self._keys,
-            "backend",
-            self.session.lease,
-            etcd_timeout=etcd_timeout,
-        )
+        self._etcd_timeout = etcd_timeout
+
+    def _run(self, op: Callable[[], Awaitable[T]]) -> T:
+        """Run ``op`` on the session, retried while etcd is unreachable for up to
+        ``etcd_timeout`` s (then ``RendezvousConnectionError``)."""
+        return self.session.run(retry_until(op, patience=self._etcd_timeout, what="torch-state"))
 
     @property
     def name(self) -> str:
@@ -76,7 +77,7 @@ class EtcdV3RendezvousBackend(RendezvousBackend):
         Raises ``RendezvousConnectionError`` (etcd unreachable past the timeout) or
         ``RendezvousStateError`` (the stored value is not ours).
         """
-        kv = self.session.run(self._retry.call(lambda: self.session.client.get(self._key)))
+        kv = self._run(lambda: self.session.client.get(self._key))
         return None if kv is None else self._decode(kv)
 
     def set_state(
@@ -95,11 +96,9 @@ class EtcdV3RendezvousBackend(RendezvousBackend):
         else:
             current = self.get_state()
             return None if current is None else (*current, False)
-        response = self.session.run(
-            self._retry.call(
-                lambda: self.session.client.txn(
-                    [guard], [op_put(self._key, value)], [op_range(self._key)]
-                )
+        response = self._run(
+            lambda: self.session.client.txn(
+                [guard], [op_put(self._key, value)], [op_range(self._key)]
             )
         )
         if response.succeeded:

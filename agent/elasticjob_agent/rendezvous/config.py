@@ -14,6 +14,14 @@ from elasticjob_agent.etcd.endpoints import TLS_KEYS, Endpoint, parse_endpoints,
 from elasticjob_agent.protocol.keys import DEFAULT_PREFIX, JobKeys
 
 BACKEND_NAME = "etcd-v3"
+MAX_REQUEST_TIMEOUT = 5.0
+"""The longest deadline of one etcd request: a longer silence counts as an outage (retried)."""
+
+
+def request_timeout_for(etcd_timeout: float) -> float:
+    """The deadline of one etcd request when etcd may stay away ``etcd_timeout`` s in all."""
+    return min(MAX_REQUEST_TIMEOUT, etcd_timeout)
+
 
 # Keys torchrun (or torch's own handlers) put into the parameters that mean nothing here.
 _IGNORED_KEYS = frozenset(
@@ -100,7 +108,7 @@ class RendezvousConfig:
     @property
     def request_timeout(self) -> float:
         """The deadline of one etcd request of this rendezvous's session."""
-        return min(5.0, self.etcd_timeout)
+        return request_timeout_for(self.etcd_timeout)
 
     @property
     def lease_ttl(self) -> int:

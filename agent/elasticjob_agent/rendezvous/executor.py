@@ -19,7 +19,6 @@ from typing import Any, Protocol, TypeVar
 from elasticjob_agent.etcd.client import (
     EtcdClient,
     EtcdRequestError,
-    LeaseNotFoundError,
     cmp_mod,
     cmp_value,
     cmp_version,
@@ -29,6 +28,7 @@ from elasticjob_agent.etcd.client import (
     op_range,
     prefix_end,
 )
+from elasticjob_agent.etcd.retry import retry_until
 from elasticjob_agent.rendezvous import transactions
 from elasticjob_agent.rendezvous.deadline import ClockTimer, DeadlineReached, Timer, until
 from elasticjob_agent.rendezvous.errors import (
@@ -118,44 +118,31 @@ class Executor:
     # --- etcd access with bounded retries -------------------------------------------------
 
     async def call(self, op: Callable[[], Awaitable[T]], deadline: float | None = None) -> T:
-        """Run ``op``, retrying while etcd is unreachable for at most ``etcd_timeout`` (and never
-        past ``deadline``, a ``clock`` time); then raise ``RendezvousConnectionError``."""
-        outage_start: float | None = None
-        delay = 0.05
-        while True:
+        """Run ``op`` through ``retry_until``: retried while etcd is unreachable for at most
+        ``etcd_timeout`` (and never past ``deadline``, a ``clock`` time), then
+        ``RendezvousConnectionError``; a lost lease is forgotten and ``op`` retried at once."""
+
+        async def attempt() -> T:
             # A backstop: requests carry their own deadline and waits end at theirs (never
             # after ``deadline``), so this bound only ends an attempt that nothing else would.
             # (On the loop's clock: it costs no task, and no test moves it.)
             left = max(0.0, (deadline - self.clock()) if deadline is not None else 0.0)
             try:
-                try:
-                    async with asyncio.timeout(left + self.etcd_timeout):
-                        return await op()
-                except TimeoutError:
-                    raise RendezvousConnectionError(
-                        f"etcd did not answer within {self.etcd_timeout:g}s"
-                    ) from None
-            except RendezvousConnectionError as exc:
-                now = self.clock()
-                if outage_start is None:
-                    outage_start = now
-                    log.warning("etcd unreachable (node=%s): %s; retrying", self.node, exc)
-                limit = outage_start + self.etcd_timeout
-                if deadline is not None:
-                    limit = min(limit, deadline)
-                if now + delay >= limit:
-                    raise RendezvousConnectionError(
-                        f"etcd unreachable for {now - outage_start:.1f}s "
-                        f"(etcd_timeout={self.etcd_timeout:g}s): {exc}"
-                    ) from exc
-            except LeaseNotFoundError:
-                # etcd lost our lease (expired during an outage, or etcd was wiped): the lease
-                # callback grants a new one; retry at once.
-                log.warning("lease lost (node=%s); granting a new one", self.node)
-                await self._lease.lost()
-                continue
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
+                async with asyncio.timeout(left + self.etcd_timeout):
+                    return await op()
+            except TimeoutError:
+                raise RendezvousConnectionError(
+                    f"etcd did not answer within {self.etcd_timeout:g}s"
+                ) from None
+
+        return await retry_until(
+            attempt,
+            patience=self.etcd_timeout,
+            deadline=deadline,
+            clock=self.clock,
+            on_lease_lost=self._lease.lost,
+            what=f"rendezvous (node={self.node})",
+        )
 
     # --- snapshots ------------------------------------------------------------------------
 

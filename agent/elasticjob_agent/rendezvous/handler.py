@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import math
 import socket
 import threading
 import time
@@ -56,8 +55,8 @@ class EtcdRendezvousHandler(RendezvousHandler):
         # ``session``: the agent process's one session (shared with its restart counter).
         self._session = session or EtcdSession(
             config.endpoints,
-            request_timeout=min(5.0, config.etcd_timeout),
-            lease_ttl=max(1, math.ceil(config.heartbeat)),
+            request_timeout=config.request_timeout,
+            lease_ttl=config.lease_ttl,
         )
         self._executor = Executor(
             self._session.client,

@@ -2,9 +2,9 @@
 ``multi_get``) on one client and key prefix; ``EtcdStore`` runs it for torch's synchronous API.
 
 Reads that wait (``get`` of a missing key, ``multi_get``) cost one range read and one watch,
-whatever the number of keys: the watch collects the missing keys' writes as they come, and the
-whole wait is bounded (a re-read at least every ``recheck_interval``; ``StoreTimeout`` at the
-timeout).
+whatever the number of keys (``set_then_get``: one transaction and one watch): the watch
+collects the missing keys' writes as they come, and the whole wait is bounded (a re-read at
+least every ``recheck_interval``; ``StoreTimeout`` at the timeout).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from elasticjob_agent.etcd.client import EtcdClient, is_put
+from elasticjob_agent.etcd.client import EtcdClient, is_put, op_put, op_range
 from elasticjob_agent.rendezvous.deadline import ClockTimer, DeadlineReached, Timer, until
 from elasticjob_agent.rendezvous.watching import events_until
 
@@ -57,6 +57,25 @@ class AsyncEtcdStore:
         """The values of ``keys``, waiting until all exist (``StoreTimeout`` after the store's
         ``timeout``). One range read over ``[min(keys), max(keys)]`` and one watch on
         it per re-check: cheap when the keys are close in key order (a common prefix)."""
+        return await self._gather(keys, None)
+
+    async def set_then_get(self, set_key: str, value: bytes, get_key: str) -> bytes:
+        """Write ``set_key`` and read ``get_key`` in one transaction; if ``get_key`` is not
+        there yet, wait for it with a watch from that transaction's revision (no second read).
+        One request and one watch per re-check, where ``set`` then ``get`` costs two requests
+        and a watch: for a key that is written after, and because of, ``set_key``."""
+        response = await self.client.txn(
+            [], [op_put(self.key(set_key), value), op_range(self.key(get_key))]
+        )
+        kvs = response.responses[1].response_range.kvs
+        if kvs:
+            return bytes(kvs[0].value)
+        (found,) = await self._gather([get_key], int(response.header.revision))
+        return found
+
+    async def _gather(self, keys: Sequence[str], read_at: int | None) -> list[bytes]:
+        """``multi_get``; ``read_at``: the caller has just read the keys at that revision and
+        found none, so the first read is skipped (the watch starts there)."""
         if not keys:
             return []
         wanted = {self.key(k) for k in keys}
@@ -75,12 +94,16 @@ class AsyncEtcdStore:
             return len(found) == len(wanted)
 
         while True:
-            response = await self.client.range(lo, hi)
-            found = {
-                bytes(kv.key): bytes(kv.value) for kv in response.kvs if bytes(kv.key) in wanted
-            }
-            if len(found) == len(wanted):
-                break
+            if read_at is None:
+                response = await self.client.range(lo, hi)
+                found = {
+                    bytes(kv.key): bytes(kv.value) for kv in response.kvs if bytes(kv.key) in wanted
+                }
+                if len(found) == len(wanted):
+                    break
+                revision = int(response.header.revision)
+            else:
+                revision, read_at = read_at, None
             now = self.timer.now()
             if now >= deadline:
                 missing = sorted(k.decode() for k in wanted - found.keys())
@@ -88,7 +111,6 @@ class AsyncEtcdStore:
                     f"timed out waiting for {len(missing)} store key(s) under "
                     f"{self.prefix.decode()!r}, e.g. {missing[:3]}"
                 )
-            revision = int(response.header.revision)
             watch = events_until(self.client, lo, hi, revision, self.timer, take=take)
             with contextlib.suppress(DeadlineReached):
                 await until(self.timer, min(deadline, now + self.recheck), watch)

@@ -5,7 +5,9 @@ torchrun's agents exchange ``(role, local_world_size)`` so that each can number 
 (``worker_env.assign_ranks``). Reading one key per peer costs O(N) requests per node and O(N^2)
 per restart of the job; torch fixed the same in its agent (pytorch#124982). Here:
 
-- node ``r > 0`` writes ``elasticjob/roles/<r>`` and reads ``elasticjob/role-table``: 1 + 1 calls;
+- node ``r > 0`` writes ``elasticjob/roles/<r>`` and reads ``elasticjob/role-table``: one
+  ``set_then_get`` on our etcd stores (one transaction, then a watch from its revision if the
+  table is not there yet), a ``set`` and a ``get`` on any other ``torch.distributed.Store``;
 - node 0 gathers ``elasticjob/roles/1..N-1`` with one ``multi_get`` (one range read and one watch
   on an ``EtcdStore``) and writes the table: 2 calls.
 
@@ -24,7 +26,7 @@ from __future__ import annotations
 import json
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from elasticjob_agent.rendezvous.errors import RendezvousStateError
 from elasticjob_agent.rendezvous.role_info import RankAssignment, RoleInfo
@@ -145,11 +147,6 @@ def assignment(runs: Sequence[Run], rank: int) -> RankAssignment:
 
 
 @dataclass(frozen=True)
-class Get:
-    key: str
-
-
-@dataclass(frozen=True)
 class MultiGet:
     keys: tuple[str, ...]
 
@@ -160,13 +157,23 @@ class Set:
     value: bytes
 
 
-StoreOp = Get | MultiGet | Set
+@dataclass(frozen=True)
+class SetThenGet:
+    """Set ``set_key`` to ``value``, then get ``get_key``, a key written only after it."""
+
+    set_key: str
+    value: bytes
+    get_key: str
+
+
+StoreOp = MultiGet | Set | SetThenGet
 Flow = Generator[StoreOp, Any, RankAssignment]
 
 
 def exchange(mine: RoleInfo, group_world: int) -> Flow:
-    """The exchange for this node: yields store operations, receives their results (``Get``:
-    bytes, ``MultiGet``: a list of bytes, ``Set``: ignored), returns this node's ranks."""
+    """The exchange for this node: yields store operations, receives their results
+    (``SetThenGet``: bytes, ``MultiGet``: a list of bytes, ``Set``: ignored), returns this
+    node's ranks."""
     rank = mine.group_rank
     if not 0 <= rank < group_world:
         raise ValueError(f"group rank {rank} outside 0..{group_world - 1}")
@@ -183,8 +190,8 @@ def exchange(mine: RoleInfo, group_world: int) -> Flow:
         runs = runs_of(infos)
         yield Set(TABLE_KEY, encode_table(runs))
         return assignment(runs, 0)
-    yield Set(role_key(rank), mine.encode())
-    raw = yield Get(TABLE_KEY)
+    # Rank 0 writes the table only once it has read every role: after ours.
+    raw = yield SetThenGet(role_key(rank), mine.encode(), TABLE_KEY)
     return assignment(decode_table(bytes(raw), group_world), rank)
 
 
@@ -201,12 +208,19 @@ class SyncStore(Protocol):
     def multi_get(self, keys: list[str]) -> list[bytes]: ...
 
 
+@runtime_checkable
+class SetThenGetStore(Protocol):
+    """A store that writes a key and reads one written after it in one step (ours)."""
+
+    def set_then_get(self, set_key: str, value: bytes, get_key: str) -> bytes: ...
+
+
 class AsyncStore(Protocol):
     async def set(self, key: str, value: bytes) -> None: ...
 
-    async def get(self, key: str) -> bytes: ...
-
     async def multi_get(self, keys: list[str]) -> list[bytes]: ...
+
+    async def set_then_get(self, set_key: str, value: bytes, get_key: str) -> bytes: ...
 
 
 def exchange_roles(store: SyncStore, mine: RoleInfo, group_world: int) -> RankAssignment:
@@ -219,8 +233,12 @@ def exchange_roles(store: SyncStore, mine: RoleInfo, group_world: int) -> RankAs
             if isinstance(op, Set):
                 store.set(op.key, op.value)
                 result = None
-            elif isinstance(op, Get):
-                result = store.get(op.key)
+            elif isinstance(op, SetThenGet):
+                if isinstance(store, SetThenGetStore):
+                    result = store.set_then_get(op.set_key, op.value, op.get_key)
+                else:
+                    store.set(op.set_key, op.value)
+                    result = store.get(op.get_key)
             else:
                 result = store.multi_get(list(op.keys))
     except StopIteration as done:
@@ -240,8 +258,8 @@ async def exchange_roles_async(
             if isinstance(op, Set):
                 await store.set(op.key, op.value)
                 result = None
-            elif isinstance(op, Get):
-                result = await store.get(op.key)
+            elif isinstance(op, SetThenGet):
+                result = await store.set_then_get(op.set_key, op.value, op.get_key)
             else:
                 result = await store.multi_get(list(op.keys))
     except StopIteration as done:

@@ -28,7 +28,9 @@ from elasticjob_agent.etcd.client import (
     prefix_end,
 )
 from elasticjob_agent.etcd.endpoints import Endpoint, parse_endpoints
+from elasticjob_agent.etcd.retry import retry_until
 from elasticjob_agent.etcd.session import EtcdSession
+from elasticjob_agent.rendezvous.config import MAX_REQUEST_TIMEOUT
 from elasticjob_agent.rendezvous.deadline import ClockTimer, DeadlineReached, until
 from elasticjob_agent.rendezvous.errors import RendezvousConnectionError
 from elasticjob_agent.rendezvous.kv import AsyncEtcdStore, StoreTimeout
@@ -86,7 +88,7 @@ class EtcdStore(dist.Store):  # type: ignore[misc,name-defined]  # torch stubs l
         timeout: timedelta = _DEFAULT_TIMEOUT,
     ) -> EtcdStore:
         eps = parse_endpoints(endpoints) if isinstance(endpoints, str) else endpoints
-        session = EtcdSession(eps, request_timeout=5.0, lease_ttl=10)
+        session = EtcdSession(eps, request_timeout=MAX_REQUEST_TIMEOUT, lease_ttl=10)
         return cls(session, prefix.encode(), timeout, owns_session=True)
 
     def close(self) -> None:
@@ -109,7 +111,7 @@ class EtcdStore(dist.Store):  # type: ignore[misc,name-defined]  # torch stubs l
     def _run(self, op: Callable[[], Awaitable[T]], timeout: float) -> T:
         """Run ``op`` on the session loop, retrying while etcd is unreachable within timeout."""
         deadline = time.monotonic() + max(timeout, 1.0)
-        return self._session.run(self._client.retry_until(op, deadline))
+        return self._session.run(retry_until(op, deadline=deadline))
 
     # --- the Store API -----------------------------------------------------------------------
 
@@ -131,6 +133,20 @@ class EtcdStore(dist.Store):  # type: ignore[misc,name-defined]  # torch stubs l
             raise dist.DistStoreError(str(exc)) from exc
         except RendezvousConnectionError as exc:
             raise dist.DistStoreError(f"etcd unreachable while reading {keys[:3]}: {exc}") from exc
+
+    def set_then_get(self, set_key: str, value: str | bytes, get_key: str) -> bytes:
+        """``set(set_key, value)`` then ``get(get_key)`` for a key written after it, in one
+        transaction and at most one watch (``AsyncEtcdStore.set_then_get``); the role
+        exchange's step of every node but rank 0."""
+        seconds = self._seconds(None)
+        self._kv.timeout = seconds
+        v = _bytes(value)
+        try:
+            return self._run(lambda: self._kv.set_then_get(set_key, v, get_key), seconds)
+        except StoreTimeout as exc:
+            raise dist.DistStoreError(str(exc)) from exc
+        except RendezvousConnectionError as exc:
+            raise dist.DistStoreError(f"etcd unreachable while reading {get_key}: {exc}") from exc
 
     def add(self, key: str, amount: int) -> int:
         k = self._key(key)

@@ -238,10 +238,12 @@ COREFILE = f"""\
 """
 
 
-def coredns_manifests(tolerate_real_node_taint: bool) -> list[dict[str, Any]]:
+def coredns_manifests(tolerate_real_node_taint: bool, replicas: int = 2) -> list[dict[str, Any]]:
     """CoreDNS as clusters run it: ServiceAccount, RBAC, ConfigMap, Deployment, and the
     ``kube-dns`` Service at :data:`CLUSTER_DNS_IP` in ``kube-system``.
 
+    ``replicas`` pods (kubeadm's two, at most one per node), so that losing the node of one
+    does not take every name in the cluster with it (a job's agents find their etcd by name).
     There is no upstream resolver (no ``forward``): names outside the cluster fail at once.
     """
     labels = {"k8s-app": "kube-dns"}
@@ -296,12 +298,22 @@ def coredns_manifests(tolerate_real_node_taint: bool) -> list[dict[str, Any]]:
             "kind": "Deployment",
             "metadata": {"name": "coredns", "labels": labels, **meta},
             "spec": {
-                "replicas": 1,
+                "replicas": replicas,
                 "selector": {"matchLabels": labels},
                 "template": {
                     "metadata": {"labels": labels},
                     "spec": {
                         "serviceAccountName": "coredns",
+                        "affinity": {
+                            "podAntiAffinity": {
+                                "requiredDuringSchedulingIgnoredDuringExecution": [
+                                    {
+                                        "labelSelector": {"matchLabels": labels},
+                                        "topologyKey": "kubernetes.io/hostname",
+                                    }
+                                ]
+                            }
+                        },
                         "priorityClassName": "system-cluster-critical",
                         "dnsPolicy": "Default",
                         "tolerations": tolerations,

@@ -134,6 +134,17 @@ def test_coredns_runs_on_real_nodes_behind_kube_dns() -> None:
     assert pod["containers"][0]["imagePullPolicy"] == "Never"
 
 
+def test_coredns_runs_one_replica_per_node_so_a_lost_node_leaves_names_resolving() -> None:
+    manifests = {m["kind"]: m for m in coredns_manifests(False, replicas=2)}
+    spec = manifests["Deployment"]["spec"]
+    assert spec["replicas"] == 2
+    (term,) = spec["template"]["spec"]["affinity"]["podAntiAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert term["labelSelector"]["matchLabels"] == spec["selector"]["matchLabels"]
+
+
 def test_parse_index_and_required_images() -> None:
     text = json.dumps([{"ref": r, "archive": f"/a/{i}.tar", "id": f"sha256:{i}"}
                        for i, r in enumerate(REQUIRED)])  # fmt: skip

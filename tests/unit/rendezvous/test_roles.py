@@ -10,10 +10,9 @@ from elasticjob_agent.rendezvous.errors import RendezvousStateError
 from elasticjob_agent.rendezvous.role_info import RoleInfo, assign_ranks
 from elasticjob_agent.rendezvous.roles import (
     TABLE_KEY,
-    Get,
     MultiGet,
     Run,
-    Set,
+    SetThenGet,
     assignment,
     decode_table,
     encode_table,
@@ -93,18 +92,42 @@ def test_the_exchange_costs_two_calls_per_node_and_agrees_with_assign_ranks() ->
     flows = {r: exchange(infos[r], len(infos)) for r in range(1, len(infos))}
     for r, flow in flows.items():
         op = next(flow)
-        assert op == Set(role_key(r), infos[r].encode())
-        store.set(op.key, op.value)
+        assert op == SetThenGet(role_key(r), infos[r].encode(), TABLE_KEY)
+        store.set(op.set_key, op.value)
     mine = exchange_roles(store, infos[0], len(infos))
     results = {0: mine}
     for r, flow in flows.items():
-        op = flow.send(None)
-        assert op == Get(TABLE_KEY)
         with pytest.raises(StopIteration) as done:
-            flow.send(store.get(op.key))
+            flow.send(store.get(TABLE_KEY))
         results[r] = done.value.value
     assert [results[r] for r in range(len(infos))] == assign_ranks(infos)
     assert store.calls == 2 * len(infos)
+
+
+class SetThenGetDictStore(DictStore):
+    def set_then_get(self, set_key: str, value: bytes, get_key: str) -> bytes:
+        self.calls += 1
+        self.data[set_key] = value
+        return self.data[get_key]
+
+
+def test_a_store_that_sets_then_gets_in_one_call_is_used_so() -> None:
+    store = SetThenGetDictStore()
+    store.data[TABLE_KEY] = encode_table(runs_of([RoleInfo("a", 0, 2), RoleInfo("a", 1, 2)]))
+    assert (
+        exchange_roles(store, RoleInfo("a", 1, 2), 2)
+        == assign_ranks([RoleInfo("a", 0, 2), RoleInfo("a", 1, 2)])[1]
+    )
+    assert store.calls == 1
+    assert store.data[role_key(1)] == RoleInfo("a", 1, 2).encode()
+
+
+def test_a_plain_store_sets_then_gets_in_two_calls() -> None:
+    store = DictStore()
+    store.data[TABLE_KEY] = encode_table(runs_of([RoleInfo("a", 0, 2), RoleInfo("a", 1, 2)]))
+    exchange_roles(store, RoleInfo("a", 1, 2), 2)
+    assert store.calls == 2
+    assert store.data[role_key(1)] == RoleInfo("a", 1, 2).encode()
 
 
 def test_rank_0_gathers_ranks_1_to_n_minus_1_in_one_multi_get() -> None:

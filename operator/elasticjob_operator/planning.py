@@ -219,6 +219,8 @@ def _plan(
     _mark_joined(draft, observed)
 
     failure = _terminal_failure(spec, draft.status, workers, now)
+    if failure is not None and _peers_still_exiting(failure[0], workers, now):
+        return draft.freeze()  # the next pod event (or the deadline) decides, with their word
     if failure is not None:
         _finish(
             draft,
@@ -390,6 +392,23 @@ def _replacement_reason(pod: PodView, lost_nodes: frozenset[str]) -> str | None:
 
 
 # -- terminal states -----------------------------------------------------------------------------
+
+
+ROOT_CAUSE_WAIT_SECONDS = 30.0
+"""How long a spent budget's ``Failed`` verdict waits for the other agents to exit after the first
+did (they all exit within a second or two of each other)."""
+
+
+def _peers_still_exiting(reason: str, workers: Mapping[int, PodView], now: float) -> bool:
+    """Whether a ``MaxRestartsExceeded`` verdict should wait: one agent exited on the spent budget
+    and others still run. Each leaves its root cause in its termination message, and the one
+    whose rank raised may reach the API after a peer that only lost its connection; the verdict
+    quotes the root cause, so it waits (at most ``ROOT_CAUSE_WAIT_SECONDS``) for all of them."""
+    if reason != ExitCode.MAX_RESTARTS_EXCEEDED.reason:
+        return False
+    exited = [p.finished_at for p in workers.values() if p.terminal and p.finished_at is not None]
+    running = [p for p in workers.values() if p.phase is PodPhase.RUNNING and not p.deleting]
+    return bool(exited and running) and now - min(exited) < ROOT_CAUSE_WAIT_SECONDS
 
 
 def _terminal_failure(

@@ -71,6 +71,7 @@ cluster-down: setup
 bench: setup cluster-build
 	$(PY) bench/rendezvous_bench.py
 	$(PY) bench/recovery_bench.py
+	$(PY) bench/hang_bench.py
 	$(PY) bench/cluster_start_bench.py
 	$(PY) bench/operator_bench.py
 

@@ -18,7 +18,11 @@ pool of worker processes, so no single process's GIL decides the result):
   builds the master address through the store), then torch's own rank assignment
   (``SimpleElasticAgent._assign_worker_ranks``: rank 0 ``multi_get``s, ``multi_set``s), one
   thread per node;
-- ``torch-etcd-v3``: the same torch path on our ``EtcdV3RendezvousBackend``.
+- ``torch-etcd-v3``: the same torch path on our ``EtcdV3RendezvousBackend``;
+- ``ours-tls``: ``ours`` against a second etcd that requires client certificates (mutual TLS,
+  ``--client-cert-auth``), with a CA, server and client certificate made in the run by the
+  operator's own generator (``elasticjob_operator.pki``: what a managed etcd gets), each node
+  presenting the client certificate on its own connection: the cost of TLS against ``ours``.
 
 Scenarios: ``min-eq-max`` (``min = max = N``: completes at max) and ``last-call`` (``min = N``,
 ``max = 2N``, ``last_call = 1 s``). Reported per case: time from the start signal to the last
@@ -44,6 +48,8 @@ writes a cProfile per worker process and case.
     .venv/bin/python bench/rendezvous_bench.py --sizes 64 --ours-sizes 256,1024,4096 \
         --scenarios min-eq-max --candidates ours,torch-c10d
     .venv/bin/python bench/rendezvous_bench.py --ours-sizes 1024 --loop 20 --case-timeout 60
+    .venv/bin/python bench/rendezvous_bench.py --sizes 64 --ours-sizes "" \
+        --scenarios min-eq-max --candidates ours,ours-tls --repeat 5
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ import asyncio
 import contextlib
 import cProfile
 import faulthandler
+import itertools
 import multiprocessing as mp
 import os
 import resource
@@ -67,12 +74,13 @@ import time
 import urllib.request
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
 from elasticjob_agent.etcd.client import EtcdClient
+from elasticjob_agent.etcd.endpoints import TlsFiles, parse_endpoints
 from elasticjob_agent.etcd.retry import retry_until
 from elasticjob_agent.etcd.session import LeaseKeeper
 from elasticjob_agent.protocol.keys import JobKeys
@@ -86,6 +94,7 @@ from elasticjob_agent.rendezvous.roles import exchange_roles_async
 from elasticjob_agent.rendezvous.state import Action, Context, Snapshot
 from elasticjob_agent.rendezvous.wire import RendezvousKeys
 from elasticjob_agent.supervision.worker_env import AgentKnobs, GroupContext, worker_env
+from elasticjob_operator import pki
 from torch.distributed import TCPStore  # type: ignore[attr-defined]
 from torch.distributed.elastic.agent.server.api import SimpleElasticAgent, WorkerSpec
 from torch.distributed.elastic.rendezvous import RendezvousParameters
@@ -107,6 +116,9 @@ HANG_MARGIN = 60.0
 SCENARIOS = ("min-eq-max", "last-call")
 PATHS = ("agent", "rendezvous")
 NPROC = 8
+#: Candidates that run our executor (``ours-tls`` against the mutual-TLS etcd).
+OURS = ("ours", "ours-tls")
+CANDIDATES = ("ours", "ours-tls", "torch-c10d", "torch-etcd-v3")
 
 
 def free_port() -> int:
@@ -126,12 +138,36 @@ class Case:
     path: str = "agent"
     lease_ttl: int = 10
     profile_dir: str | None = None
+    """Write each worker process's cProfile (start signal to its last node) here."""
     timeout: float = CASE_TIMEOUT
     """Every node's join deadline and store timeout (s); the case is hung past it plus a
     margin."""
+    tls_dir: str | None = None
+    """``ours-tls``: the directory of ``ca.crt``, ``client.crt``, ``client.key``."""
+    metrics: str = ""
+    """etcd's plain-HTTP ``/metrics`` address (``host:port``)."""
     request_timeout: float | None = None
     """ours: the deadline of one etcd request; ``None``: the agent's (``request_timeout_for``)."""
-    """Write each worker process's cProfile (start signal to its last node) here."""
+
+    def endpoints(self) -> Any:
+        if self.tls_dir is None:
+            return self.endpoint
+        tls = TlsFiles(
+            cacert=f"{self.tls_dir}/ca.crt",
+            cert=f"{self.tls_dir}/client.crt",
+            key=f"{self.tls_dir}/client.key",
+        )
+        return parse_endpoints(self.endpoint, tls=tls)
+
+    def etcdctl(self) -> list[str]:
+        """``etcdctl`` with this case's endpoint and client certificate."""
+        tls = (
+            [f"--cacert={self.tls_dir}/ca.crt", f"--cert={self.tls_dir}/client.crt",
+             f"--key={self.tls_dir}/client.key"]
+            if self.tls_dir
+            else []
+        )  # fmt: skip
+        return ["etcdctl", f"--endpoints={self.endpoint}", *tls]
 
     @property
     def min_nodes(self) -> int:
@@ -227,7 +263,7 @@ def _ours(case: Case, nodes: list[str], ready: Connection, start: Any) -> list[N
     async def main() -> list[NodeResult]:
         # As the agent's session: a request's deadline is RendezvousConfig.request_timeout.
         timeout = case.request_timeout or request_timeout_for(ETCD_TIMEOUT)
-        clients = [EtcdClient(case.endpoint, request_timeout=timeout) for _ in nodes]
+        clients = [EtcdClient(case.endpoints(), request_timeout=timeout) for _ in nodes]
         leases = [LeaseKeeper(c, case.lease_ttl) for c in clients]
         # Connected (watch stream open) and holding a lease before the start signal, like an
         # agent that is up. Retried like the agent's requests (a set-up request that missed its
@@ -491,7 +527,7 @@ def worker(conn: Connection, start: Any) -> None:
         if msg is None:
             return
         case, nodes = msg
-        fn = _ours if case.candidate == "ours" else _torch
+        fn = _ours if case.candidate in OURS else _torch
         # A hung case says where: every thread's stack, and (ours) every task's await chain.
         faulthandler.dump_traceback_later(case.timeout + ETCD_TIMEOUT + HANG_MARGIN / 2)
         try:
@@ -508,10 +544,37 @@ def worker(conn: Connection, start: Any) -> None:
 
 
 class Etcd:
-    def __init__(self) -> None:
+    """A single-member etcd on loopback, its ``/metrics`` on plain HTTP; ``tls``: clients must
+    present a certificate of a CA made here (``tls_dir`` holds ``ca.crt``, ``client.crt`` and
+    ``client.key``)."""
+
+    def __init__(self, tls: bool = False) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="ej-bench-etcd-", dir="/dev/shm"))
-        self.port, peer = free_port(), free_port()
-        client, peer_url = f"http://127.0.0.1:{self.port}", f"http://127.0.0.1:{peer}"
+        self.port, peer, self.metrics_port = free_port(), free_port(), free_port()
+        scheme = "https" if tls else "http"
+        client, peer_url = f"{scheme}://127.0.0.1:{self.port}", f"http://127.0.0.1:{peer}"
+        self.tls_dir: str | None = None
+        tls_args: list[str] = []
+        ctl_args: list[str] = []
+        if tls:
+            made = pki.generate("bench", "bench", "bench-etcd", datetime.now(UTC))
+            files = self.dir / "tls"
+            files.mkdir()
+            for name, text in made.secret_data().items():
+                (files / name).write_text(text)
+                (files / name).chmod(0o600)
+            self.tls_dir = str(files)
+            tls_args = [
+                "--client-cert-auth",
+                f"--trusted-ca-file={files / pki.CA_CERT}",
+                f"--cert-file={files / pki.SERVER_CERT}",
+                f"--key-file={files / pki.SERVER_KEY}",
+            ]
+            ctl_args = [
+                f"--cacert={files / pki.CA_CERT}",
+                f"--cert={files / pki.CLIENT_CERT}",
+                f"--key={files / pki.CLIENT_KEY}",
+            ]
         binary = shutil.which("etcd")
         if binary is None:
             raise SystemExit("etcd not found: run scripts/setup.sh")
@@ -525,6 +588,8 @@ class Etcd:
                 f"--initial-advertise-peer-urls={peer_url}",
                 f"--initial-cluster=default={peer_url}",
                 "--log-level=error",
+                f"--listen-metrics-urls=http://127.0.0.1:{self.metrics_port}",
+                *tls_args,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -532,7 +597,7 @@ class Etcd:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             ok = subprocess.run(
-                ["etcdctl", f"--endpoints=127.0.0.1:{self.port}", "endpoint", "health"],
+                ["etcdctl", f"--endpoints={client}", *ctl_args, "endpoint", "health"],
                 capture_output=True,
                 env=dict(os.environ, ETCDCTL_API="3"),
                 check=False,
@@ -544,7 +609,11 @@ class Etcd:
 
     @property
     def endpoint(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{'https://' if self.tls_dir else ''}127.0.0.1:{self.port}"
+
+    @property
+    def metrics(self) -> str:
+        return f"127.0.0.1:{self.metrics_port}"
 
     def close(self) -> None:
         self.proc.kill()
@@ -579,12 +648,9 @@ class Row:
         return (self.client_cpu + self.server_cpu) / self.case.n
 
 
-ETCD_PID = [0]
-
-
-def etcd_cpu() -> float:
-    """CPU seconds etcd has used so far (utime + stime from /proc)."""
-    fields = Path(f"/proc/{ETCD_PID[0]}/stat").read_text().rsplit(")", 1)[1].split()
+def etcd_cpu(pid: int) -> float:
+    """CPU seconds etcd ``pid`` has used so far (utime + stime from /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -598,10 +664,11 @@ _ETCD_COUNTERS = {
 }
 
 
-def etcd_counters(endpoint: str) -> dict[str, float]:
-    """etcd's counters of interest, and its gRPC messages received per method (``rpc Txn``,
-    ``rpc Watch``: creations and cancellations, ``rpc LeaseKeepAlive``: refreshes...)."""
-    with urllib.request.urlopen(f"http://{endpoint}/metrics", timeout=10) as response:
+def etcd_counters(metrics: str) -> dict[str, float]:
+    """etcd's counters of interest (from its ``/metrics`` at ``metrics``), and its gRPC
+    messages received per method (``rpc Txn``, ``rpc Watch``: creations and cancellations,
+    ``rpc LeaseKeepAlive``: refreshes...)."""
+    with urllib.request.urlopen(f"http://{metrics}/metrics", timeout=10) as response:
         text = response.read().decode()
     out: dict[str, float] = {}
     for line in text.splitlines():
@@ -618,10 +685,10 @@ def etcd_counters(endpoint: str) -> dict[str, float]:
     return out
 
 
-def etcd_state(endpoint: str, run_id: str) -> str:
+def etcd_state(case: Case) -> str:
     """What etcd holds for the run, node ids folded: ``key pattern: count [value if one]``."""
     listing = subprocess.run(
-        ["etcdctl", f"--endpoints={endpoint}", "get", "--prefix", f"/bench/{run_id}/"],
+        [*case.etcdctl(), "get", "--prefix", f"/bench/{case.run_id}/"],
         capture_output=True,
         env=dict(os.environ, ETCDCTL_API="3"),
         check=False,
@@ -650,7 +717,7 @@ def _recv(conn: Connection, deadline: float) -> Any:
     return conn.recv()
 
 
-def run_case(case: Case, pool: list[tuple[Any, Connection]], start: Any) -> Row:
+def run_case(case: Case, pool: list[tuple[Any, Connection]], start: Any, etcd_pid: int) -> Row:
     master = None
     if case.candidate == "torch-c10d":
         master = TCPStore(
@@ -672,8 +739,8 @@ def run_case(case: Case, pool: list[tuple[Any, Connection]], start: Any) -> Row:
             raise RuntimeError("worker not ready")
     time.sleep(0.2)
     on_etcd = case.candidate != "torch-c10d"
-    counters_before = etcd_counters(case.endpoint) if on_etcd else {}
-    server_before = etcd_cpu() if on_etcd else _cpu()
+    counters_before = etcd_counters(case.metrics) if on_etcd else {}
+    server_before = etcd_cpu(etcd_pid) if on_etcd else _cpu()
     t0 = time.time()
     start.set()
     deadline = time.monotonic() + case.timeout + ETCD_TIMEOUT + HANG_MARGIN
@@ -685,13 +752,13 @@ def run_case(case: Case, pool: list[tuple[Any, Connection]], start: Any) -> Row:
             results.extend(part)
             cpu += part_cpu
     except Hung as exc:
-        state = etcd_state(case.endpoint, case.run_id) if on_etcd else "  (TCPStore)"
+        state = etcd_state(case) if on_etcd else "  (TCPStore)"
         raise Hung(
             f"{case.candidate} N={case.n}: {exc} (each worker printed its nodes by stage and "
             f"its tasks to stderr); etcd holds:\n{state}"
         ) from None
-    server_cpu = (etcd_cpu() if on_etcd else _cpu()) - server_before
-    counters_after = etcd_counters(case.endpoint) if on_etcd else {}
+    server_cpu = (etcd_cpu(etcd_pid) if on_etcd else _cpu()) - server_before
+    counters_after = etcd_counters(case.metrics) if on_etcd else {}
     for conn, _ in active:
         conn.send("cleanup")
     for conn, _ in active:
@@ -791,7 +858,7 @@ def main() -> int:
         # An unknown name once ran silently as last-call: a 1 s wait measured as our latency.
         parser.error(f"unknown scenario(s) {unknown}: choose from {SCENARIOS}")
     candidates = [c for c in args.candidates.split(",") if c]
-    bad = [c for c in candidates if c not in ("ours", "torch-c10d", "torch-etcd-v3")]
+    bad = [c for c in candidates if c not in CANDIDATES]
     if bad:
         parser.error(f"unknown candidate(s) {bad}")
     if args.repeat < 1:
@@ -806,7 +873,7 @@ def main() -> int:
     start = ctx.Event()
     pool: list[tuple[Any, Connection]] = []
     etcd = Etcd()
-    ETCD_PID[0] = etcd.proc.pid
+    tls_etcd = Etcd(tls=True) if "ours-tls" in candidates else None
     rows: list[Row] = []
     hung = 0
     if args.profile:
@@ -814,42 +881,48 @@ def main() -> int:
     try:
         for scenario in scenarios:
             for n in sorted({*sizes, *ours_sizes}):
-                for candidate in candidates:
+                # Repeats interleave the candidates: a change in the machine's load over the run
+                # then weighs on each of them alike.
+                for run, candidate in itertools.product(range(args.repeat), candidates):
                     if n not in sizes and candidate != "ours":
                         continue
-                    for run in range(args.repeat):
-                        case = Case(
-                            candidate,
-                            scenario,
-                            n,
-                            etcd.endpoint,
-                            free_port(),
-                            f"{candidate}-{scenario}-{n}-{uuid.uuid4().hex[:6]}",
-                            args.path,
-                            args.lease_ttl,
-                            args.profile,
-                            args.case_timeout,
-                            args.request_timeout,
-                        )
-                        # Fresh worker processes for every case: grpc's asyncio layer is bound
-                        # to one event loop per process, and a case must not inherit the last
-                        # one's (its late callbacks hit a closed loop and can wedge new calls).
-                        _stop(pool)
-                        pool = _spawn(ctx, args.workers, start)
-                        try:
-                            row = run_case(case, pool, start)
-                        except Hung as exc:
-                            hung += 1
-                            print(f"HUNG (run {run + 1}): {exc}", flush=True)
-                            if not args.loop:
-                                raise
-                            continue
-                        rows.append(row)
-                        print(_format(row), flush=True)
+                    server = tls_etcd if candidate == "ours-tls" and tls_etcd else etcd
+                    case = Case(
+                        candidate,
+                        scenario,
+                        n,
+                        server.endpoint,
+                        free_port(),
+                        f"{candidate}-{scenario}-{n}-{uuid.uuid4().hex[:6]}",
+                        args.path,
+                        args.lease_ttl,
+                        args.profile,
+                        args.case_timeout,
+                        server.tls_dir,
+                        server.metrics,
+                        request_timeout=args.request_timeout,
+                    )
+                    # Fresh worker processes for every case: grpc's asyncio layer is bound
+                    # to one event loop per process, and a case must not inherit the last
+                    # one's (its late callbacks hit a closed loop and can wedge new calls).
+                    _stop(pool)
+                    pool = _spawn(ctx, args.workers, start)
+                    try:
+                        row = run_case(case, pool, start, server.proc.pid)
+                    except Hung as exc:
+                        hung += 1
+                        print(f"HUNG (run {run + 1}): {exc}", flush=True)
+                        if not args.loop:
+                            raise
+                        continue
+                    rows.append(row)
+                    print(_format(row), flush=True)
     except Hung:
         pass
     finally:
         etcd.close()
+        if tls_etcd is not None:
+            tls_etcd.close()
         _stop(pool)
     print()
     print(_table(rows, args.repeat))
@@ -900,7 +973,7 @@ def _table(rows: list[Row], repeat: int) -> str:
     lines = [
         "| scenario | N | candidate | runs | total (s) | of which rendezvous (s) "
         "| last join -> last env (s) | requests/node | failed CAS | errors | CPU ms/node "
-        "| torch / ours | load |",
+        "| vs ours | load |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     groups: dict[tuple[str, int, str], list[Row]] = {}
@@ -921,7 +994,7 @@ def _table(rows: list[Row], repeat: int) -> str:
         rdzvs = [r.rendezvous for r in rs if r.rendezvous is not None]
         rdzv = f"{_median(rdzvs):.3f}" if rdzvs else "-"
         base = ours.get((scenario, n))
-        ratio = f"{total / base:.1f}x" if base and candidate != "ours" else ""
+        ratio = f"{total / base:.2f}x" if base and candidate != "ours" else ""
         lines.append(
             f"| {scenario} | {n} | {candidate} | {len(rs)} | {total:.3f}{spread} | {rdzv} | {alj} "
             f"| {_median([r.requests_per_node for r in rs]):.1f} "

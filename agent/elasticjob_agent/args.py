@@ -121,6 +121,9 @@ class AgentArgs:
     nccl_async_error_handling: str = "3"
     nccl_monitoring: str = "1"
     node_id: str | None = None
+    progress_timeout: float | None = None
+    """Restart the group (reason ``hang``) when no local worker reported a step for this long
+    after its first one; ``None``: off."""
     warm_workers: bool = True
     """Keep spare interpreters with torch imported, so restarts skip the import."""
 
@@ -286,6 +289,13 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         help="TORCH_NCCL_ENABLE_MONITORING (0 or 1)",
     )
     valued("--node-id", "--node_id", default=None, help="this node's id (default hostname-pid)")
+    valued(
+        "--progress-timeout",
+        "--progress_timeout",
+        default="0",
+        help="seconds without a step report (elasticjob_agent.progress.report_step) after the "
+        "first one before the group restarts with reason hang; 0 (default): off",
+    )
     valued(
         "--warm-workers",
         "--warm_workers",
@@ -513,6 +523,7 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> AgentArgs:
         nccl_async_error_handling=async_handling,
         nccl_monitoring=ns.nccl_monitoring,
         node_id=ns.node_id,
+        progress_timeout=_non_negative("--progress-timeout", ns.progress_timeout) or None,
         warm_workers=ns.warm_workers == "1" and not ns.no_python,
     )
 

@@ -192,6 +192,7 @@ def run(args: AgentArgs) -> int:
             args.worst_case_time_to_fail,
             etcd=rdzv.etcd_status,
             progress=lambda: timers.last_progress,
+            steps=lambda: None if (p := timers.steps()) is None else (p.step, p.at, p.done),
         )
         if args.health_port:
 
@@ -257,6 +258,7 @@ def run(args: AgentArgs) -> int:
                 shutdown_timeout=args.shutdown_timeout,
                 etcd_timeout=args.etcd_timeout,
                 local_addr=args.local_addr,
+                progress_timeout=args.progress_timeout,
                 knobs=AgentKnobs(
                     nccl_async_error_handling=args.nccl_async_error_handling,
                     nccl_heartbeat_timeout=args.nccl_heartbeat_timeout,

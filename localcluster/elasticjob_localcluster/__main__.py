@@ -20,6 +20,7 @@ def _config(args: argparse.Namespace) -> ClusterConfig:
         cpu_per_node=args.cpu_per_node,
         memory_per_node=args.memory_per_node,
         kueue=args.kueue,
+        network_policies=not args.no_network_policies,
     )
 
 
@@ -36,6 +37,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu-per-node", default="8")
     parser.add_argument("--memory-per-node", default="32Gi")
     parser.add_argument("--kueue", action="store_true", help="also start Kueue (plain pods)")
+    parser.add_argument(
+        "--no-network-policies",
+        action="store_true",
+        help="real nodes without the NetworkPolicy enforcer (kube-router's firewall)",
+    )
     parser.add_argument("--owner-pid", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument(
         "--previous", action="store_true", help="logs: the run before the last restart"

@@ -10,6 +10,9 @@ from pathlib import Path
 #: The Kubernetes release that ``localcluster/build.sh`` builds (keep the two in step).
 K8S_VERSION = "v1.33.13"
 
+#: The kube-router release that ``localcluster/build.sh`` builds (keep the two in step).
+KUBE_ROUTER_VERSION = "v2.1.0"
+
 #: Real nodes per cluster: each costs about 150 MB and a copy of every image.
 MAX_REAL_NODES = 8
 
@@ -32,6 +35,12 @@ def k8s_bin_dir() -> Path:
     """Directory holding kube-apiserver, kube-controller-manager and kube-scheduler."""
     version = os.environ.get("ELASTICJOB_K8S_VERSION", K8S_VERSION)
     return cache_dir() / "k8s" / version / "bin"
+
+
+def network_policy_binary() -> Path:
+    """The real nodes' NetworkPolicy enforcer: kube-router (its firewall only)."""
+    version = os.environ.get("ELASTICJOB_KUBE_ROUTER_VERSION", KUBE_ROUTER_VERSION)
+    return cache_dir() / "kube-router" / version / "bin" / "kube-router"
 
 
 def tool_path(name: str) -> Path:
@@ -68,6 +77,9 @@ class ClusterConfig:
     pods_per_node: int = 110
     #: Start Kueue (plain-pod integration) once the nodes are Ready (see ``kueue.py``).
     kueue: bool = False
+    #: Enforce NetworkPolicies on the real nodes (kube-router's firewall on each). Virtual nodes
+    #: never enforce them.
+    network_policies: bool = True
 
     def __post_init__(self) -> None:
         if not _NAME_RE.match(self.name):

@@ -213,6 +213,7 @@ async def _run(
                 "nodes": config.node_names() + config.real_node_names(),
                 "virtual_nodes": config.node_names(),
                 "real_nodes": fleet.node_info() if fleet is not None else {},
+                "network_policies": fleet is not None and config.network_policies,
                 "gpus_per_node": config.gpus_per_node,
                 "control_plane_seconds": round(cp_s, 1),
                 **(fleet.timings if fleet is not None else {}),

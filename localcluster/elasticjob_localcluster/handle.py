@@ -46,6 +46,8 @@ class LocalCluster:
         #: Real nodes (kubelet, containerd): name -> netns, host_veth, node_ip, pod_cidr,
         #: containerd_socket, logs.
         self.real_nodes: dict[str, dict[str, str]] = dict(info.get("real_nodes", {}))
+        #: Whether the real nodes enforce NetworkPolicies (kube-router's firewall on each).
+        self.network_policies = bool(info.get("network_policies", False))
         helm_home = config.state_dir / "helm"
         #: Environment for kubectl/helm/clients: KUBECONFIG set, cached kubectl and helm first.
         self.env = {
@@ -463,6 +465,8 @@ def start_cluster(
         args += ["--owner-pid", str(os.getpid())]
     if config.kueue:
         args.append("--kueue")
+    if not config.network_policies:
+        args.append("--no-network-policies")
     with log_path.open("wb") as out:
         proc = subprocess.Popen(
             args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

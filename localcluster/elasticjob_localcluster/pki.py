@@ -69,15 +69,24 @@ def _openssl(*args: str, cwd: Path) -> None:
         raise PkiError(f"openssl {' '.join(args[:2])} failed: {done.stderr.strip()}")
 
 
+#: The identity (token and kubeconfig name) of the real nodes' NetworkPolicy enforcer
+#: (kube-router's firewall), and its user name, which its ClusterRoleBinding names
+#: (``realnodes.render``).
+NETWORK_POLICY_IDENTITY = "kube-router"
+NETWORK_POLICY_USER = "elasticjob:kube-router"
+
+
 def node_identities(nodes: list[str]) -> dict[str, tuple[str, tuple[str, ...]]]:
     """Static identities of real nodes: each kubelet as ``system:node:<name>`` (what the Node
-    authorizer and NodeRestriction expect) under ``node-<name>``, and kube-proxy as
-    ``system:kube-proxy`` (bound to ``system:node-proxier`` by RBAC's bootstrap policy)."""
+    authorizer and NodeRestriction expect) under ``node-<name>``, kube-proxy as
+    ``system:kube-proxy`` (bound to ``system:node-proxier`` by RBAC's bootstrap policy), and the
+    NetworkPolicy enforcer as :data:`NETWORK_POLICY_USER` (bound when the nodes start)."""
     identities: dict[str, tuple[str, tuple[str, ...]]] = {
         f"node-{name}": (f"system:node:{name}", ("system:nodes",)) for name in nodes
     }
     if nodes:
         identities["kube-proxy"] = ("system:kube-proxy", ())
+        identities[NETWORK_POLICY_IDENTITY] = (NETWORK_POLICY_USER, ())
     return identities
 
 

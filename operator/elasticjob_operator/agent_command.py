@@ -105,6 +105,11 @@ def agent_args(spec: JobSpec, target: AgentTarget, argv: Sequence[str]) -> list[
         f"--nccl-heartbeat-timeout={nccl.heartbeat_timeout_seconds}",
         f"--nccl-async-error-handling={nccl.async_error_handling}",
         f"--nccl-monitoring={1 if nccl.monitoring else 0}",
+        *(
+            [f"--progress-timeout={spec.progress_timeout_seconds}"]
+            if spec.progress_timeout_seconds is not None
+            else []
+        ),
         *argv,
     ]
 

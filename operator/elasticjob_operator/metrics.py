@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
+from .stall import StallReason
 from .status import JobStatus, Phase
 
 JOB = ("namespace", "job")
@@ -28,6 +29,10 @@ RDZV_DURATION = Gauge(
     "Duration of the last completed rendezvous round, as the operator observed it",
     JOB,
 )
+STEP = Gauge("elasticjob_job_step", "Training step the agents report (status.progress)", JOB)
+STEPS_PER_SECOND = Gauge(
+    "elasticjob_job_steps_per_second", "Training steps per second (status.progress)", JOB
+)
 STALLS = Counter("elasticjob_job_stalls_total", "Stalls detected, by reason", [*JOB, "reason"])
 STALLED = Gauge("elasticjob_job_stalled", "1 while the job is stalled for reason", [*JOB, "reason"])
 RECONCILES = Counter("elasticjob_reconcile_total", "Reconcile steps by result", ["result"])
@@ -37,7 +42,7 @@ RECONCILE_SECONDS = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
 )
 
-STALL_REASONS = ("EtcdUnavailable", "PodsUnschedulable", "WaitingForNodes")
+STALL_REASONS = tuple(reason.value for reason in StallReason)
 
 _known_reasons: dict[tuple[str, str], set[str]] = {}
 
@@ -60,6 +65,9 @@ def publish(namespace: str, job: str, status: JobStatus) -> None:
     ROUND.labels(namespace, job).set(status.round)
     if status.last_rendezvous_seconds is not None:
         RDZV_DURATION.labels(namespace, job).set(status.last_rendezvous_seconds)
+    if status.progress is not None:
+        STEP.labels(namespace, job).set(status.progress.step)
+        STEPS_PER_SECOND.labels(namespace, job).set(status.progress.steps_per_second or 0.0)
     current = status.stall.reason if status.stall is not None else None
     for reason in STALL_REASONS:
         STALLED.labels(namespace, job, reason).set(1 if reason == current else 0)
@@ -76,7 +84,7 @@ def forget(namespace: str, job: str) -> None:
         _remove(RESTARTS, namespace, job, reason)
     for phase in Phase:
         _remove(PHASE, namespace, job, phase.value)
-    for gauge in (WORLD_SIZE, ROUND, RDZV_DURATION):
+    for gauge in (WORLD_SIZE, ROUND, RDZV_DURATION, STEP, STEPS_PER_SECOND):
         _remove(gauge, namespace, job)
     for reason in STALL_REASONS:
         _remove(STALLED, namespace, job, reason)

@@ -17,11 +17,11 @@ from elasticjob_agent.protocol.health import AgentState, HealthReport
 from elasticjob_agent.protocol.keys import JobKeys
 from elasticjob_agent.protocol.restarts import RestartReason
 
-from . import kueue, manifests, names, restarts, root_cause, seeding, start_failures
+from . import kueue, manifests, names, progress, restarts, root_cause, seeding, start_failures
 from .conditions import ConditionType, find_condition, set_condition, stamp_generation
 from .observed import Observed, PodPhase, PodView
 from .spec import CleanPodPolicy, EtcdMode, JobSpec
-from .stall import EtcdView, Stall, StallSettings, classify
+from .stall import EtcdView, Stall, StallReason, StallSettings, classify
 from .status import EtcdState, JobStatus, Phase, StallState
 
 SUCCESS_GRACE_SECONDS = 60.0
@@ -219,6 +219,8 @@ def _plan(
     _mark_joined(draft, observed)
 
     failure = _terminal_failure(spec, draft.status, workers, now)
+    if failure is not None and _peers_still_exiting(failure[0], workers, now):
+        return draft.freeze()  # the next pod event (or the deadline) decides, with their word
     if failure is not None:
         _finish(
             draft,
@@ -275,6 +277,10 @@ def _plan(
         now=now,
         settings=settings,
     )
+    seen = progress.group_progress(observed.reports.values(), job.run_id)
+    if stall is None:
+        stall = _no_progress(draft, spec, status, seen, now)
+    _track_progress(draft, seen, stall)
     if _track_stall(draft, spec, stall, now):
         _finish(
             draft,
@@ -294,8 +300,10 @@ def _plan(
 # -- restarts ------------------------------------------------------------------------------------
 
 
-# Restarts whose agent recorded a root cause (a failed worker, an expired timer).
-_HAS_ROOT_CAUSE = frozenset({RestartReason.FAILURE.value, RestartReason.TIMER.value})
+# Restarts whose agent recorded a root cause (a failed worker, an expired timer, no progress).
+_HAS_ROOT_CAUSE = frozenset(
+    {RestartReason.FAILURE.value, RestartReason.TIMER.value, RestartReason.HANG.value}
+)
 
 
 def _merge_reports(draft: _Draft, observed: Observed) -> None:
@@ -318,6 +326,8 @@ def _merge_reports(draft: _Draft, observed: Observed) -> None:
             cause = ""
             if reason in _HAS_ROOT_CAUSE and failure is not None:
                 cause = f"; root cause: {failure.summary()}"
+            elif reason == RestartReason.HANG.value:
+                cause = "; no rank advanced for progressTimeoutSeconds"
             draft.event(
                 "Warning" if reason in restarts.SPENDS_BUDGET else "Normal",
                 "Restarted",
@@ -382,6 +392,23 @@ def _replacement_reason(pod: PodView, lost_nodes: frozenset[str]) -> str | None:
 
 
 # -- terminal states -----------------------------------------------------------------------------
+
+
+ROOT_CAUSE_WAIT_SECONDS = 30.0
+"""How long a spent budget's ``Failed`` verdict waits for the other agents to exit after the first
+did (they all exit within a second or two of each other)."""
+
+
+def _peers_still_exiting(reason: str, workers: Mapping[int, PodView], now: float) -> bool:
+    """Whether a ``MaxRestartsExceeded`` verdict should wait: one agent exited on the spent budget
+    and others still run. Each leaves its root cause in its termination message, and the one
+    whose rank raised may reach the API after a peer that only lost its connection; the verdict
+    quotes the root cause, so it waits (at most ``ROOT_CAUSE_WAIT_SECONDS``) for all of them."""
+    if reason != ExitCode.MAX_RESTARTS_EXCEEDED.reason:
+        return False
+    exited = [p.finished_at for p in workers.values() if p.terminal and p.finished_at is not None]
+    running = [p for p in workers.values() if p.phase is PodPhase.RUNNING and not p.deleting]
+    return bool(exited and running) and now - min(exited) < ROOT_CAUSE_WAIT_SECONDS
 
 
 def _terminal_failure(
@@ -799,6 +826,42 @@ def _describe_loss(pod: PodView, lost_nodes: frozenset[str]) -> str:
 # -- stalls and summary --------------------------------------------------------------------------
 
 
+def _no_progress(
+    draft: _Draft,
+    spec: JobSpec,
+    before: JobStatus,
+    seen: progress.GroupProgress | None,
+    now: float,
+) -> Stall | None:
+    """``NoProgress`` (``progress.no_progress``), from the reports and the ``hang`` count."""
+    hang = RestartReason.HANG.value
+    current = draft.status.stall
+    verdict = progress.no_progress(
+        timeout=spec.progress_timeout_seconds,
+        seen=seen,
+        current=(current.since, current.message)
+        if current is not None and current.reason == StallReason.NO_PROGRESS
+        else None,
+        hang_restarts_added=draft.status.restarts.get(hang, 0) - before.restarts.get(hang, 0),
+        now=now,
+    )
+    return None if verdict is None else Stall(StallReason.NO_PROGRESS, verdict.message)
+
+
+def _track_progress(
+    draft: _Draft, seen: progress.GroupProgress | None, stall: Stall | None
+) -> None:
+    state = progress.advance(draft.status.progress, seen)
+    if (
+        state is not None
+        and stall is not None
+        and stall.reason is StallReason.NO_PROGRESS
+        and state.steps_per_second != 0.0
+    ):
+        state = progress.ProgressState(state.step, state.at, 0.0)
+    draft.status = draft.status.evolve(progress=state)
+
+
 def _note_start_failures(draft: _Draft, spec: JobSpec, observed: Observed, now: float) -> None:
     """Keep ``status.startFailures`` and the ``PodsNotStarting`` condition, with a Warning
     Event (the kubelet's reason) for each new cause (``start_failures``).
@@ -853,7 +916,9 @@ def _track_stall(draft: _Draft, spec: JobSpec, stall: Stall | None, now: float) 
         reason=reason,
         message=stall.message,
     )
-    if now - since > spec.stall_timeout_seconds:
+    # A job without progress restarts (and spends its budget) instead: its group may need longer
+    # than stallTimeoutSeconds to load its model again.
+    if stall.reason is not StallReason.NO_PROGRESS and now - since > spec.stall_timeout_seconds:
         draft.status = draft.status.evolve(
             message=f"stalled for more than stallTimeoutSeconds ({spec.stall_timeout_seconds}): "
             f"{stall.message}"

@@ -18,6 +18,9 @@ if TYPE_CHECKING:
     from .kueue import KueueSpec
 
 TRAINER_CONTAINER = "trainer"
+MIN_PROGRESS_TIMEOUT_SECONDS = 10
+"""Shortest ``spec.progressTimeoutSeconds``: a few monitor intervals and report polls, so one
+slow step on a loaded node is not mistaken for a hang."""
 
 
 class SpecError(ValueError):
@@ -105,6 +108,9 @@ class JobSpec:
     run_policy: RunPolicy
     template: Mapping[str, Any]
     """The pod template as written (a deep copy; builders copy again before changing it)."""
+    progress_timeout_seconds: int | None = None
+    """Restart a group in which no rank reported a step for this long (reason ``hang``);
+    ``None``: off."""
     kueue: KueueSpec | None = None
     """Queueing through Kueue (``spec.queueName`` or the job's label; see ``kueue.py``)."""
 
@@ -181,6 +187,13 @@ def parse_spec(spec: Mapping[str, Any]) -> JobSpec:
             spec, "stallTimeoutSeconds", "spec.stallTimeoutSeconds", minimum=1, default=300
         ),
         rendezvous=_rendezvous(_section(spec, "rendezvous")),
+        progress_timeout_seconds=_int(
+            spec,
+            "progressTimeoutSeconds",
+            "spec.progressTimeoutSeconds",
+            minimum=MIN_PROGRESS_TIMEOUT_SECONDS,
+            default=None,
+        ),
         etcd=_etcd(_section(spec, "etcd")),
         nccl=_nccl(_section(spec, "nccl")),
         run_policy=_run_policy(_section(spec, "runPolicy")),

@@ -32,6 +32,9 @@ class StallReason(StrEnum):
     PODS_UNSCHEDULABLE = "PodsUnschedulable"
     PODS_NOT_STARTING = "PodsNotStarting"
     WAITING_FOR_NODES = "WaitingForNodes"
+    NO_PROGRESS = "NoProgress"
+    """No rank advanced for ``spec.progressTimeoutSeconds`` (``progress.py``; not from
+    ``classify``, and never failed by ``stallTimeoutSeconds``)."""
 
 
 @dataclass(frozen=True)

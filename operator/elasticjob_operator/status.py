@@ -16,6 +16,7 @@ from typing import Any
 from . import restarts
 from .conditions import rfc3339
 from .observed import StartFailure, parse_time
+from .progress import ProgressState
 
 
 class Phase(StrEnum):
@@ -80,6 +81,8 @@ class JobStatus:
     """Pods whose last answer was not a valid health report, with the reason (bounded)."""
     last_failure: Mapping[str, Any] | None = None
     """The newest root cause an agent reported (``protocol.failure.WorkerFailure`` as JSON)."""
+    progress: ProgressState | None = None
+    """The training step the agents report, sampled (``progress.py``)."""
     start_failures: tuple[StartFailure, ...] = ()
     """Pods whose containers the kubelet cannot start, one per slot (``start_failures.track``)."""
 
@@ -131,6 +134,7 @@ class JobStatus:
                 for pod, reason in sorted(self.invalid_reports.items())
             ],
             "lastFailure": None if self.last_failure is None else dict(self.last_failure),
+            "progress": None if self.progress is None else self.progress.to_json(),
             "startFailures": [f.to_json() for f in self.start_failures],
         }
 
@@ -188,6 +192,7 @@ class JobStatus:
             last_failure=dict(data["lastFailure"])
             if isinstance(data.get("lastFailure"), Mapping)
             else None,
+            progress=ProgressState.from_json(data.get("progress")),
             start_failures=tuple(
                 f
                 for f in (StartFailure.from_json(d) for d in _list(data.get("startFailures")))

@@ -63,6 +63,7 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
         nodes=int(os.environ.get("ELASTICJOB_E2E_NODES", "4")),
         real_nodes=int(os.environ.get("ELASTICJOB_E2E_REAL_NODES", "2")),
         gpus_per_node=int(os.environ.get("ELASTICJOB_E2E_GPUS_PER_NODE", "4")),
+        network_policies=os.environ.get("ELASTICJOB_E2E_NETWORK_POLICIES", "1") != "0",
     )
     images_built = 0.0
     images_script = REPO / "localcluster" / "images" / "build.sh"

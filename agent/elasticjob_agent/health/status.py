@@ -42,6 +42,7 @@ class AgentStatus:
         *,
         etcd: Callable[[], EtcdStatus],
         progress: Callable[[], float | None] = lambda: None,
+        steps: Callable[[], tuple[int, float, bool] | None] = lambda: None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.run_id = run_id
@@ -50,6 +51,7 @@ class AgentStatus:
         self._worst = worst_case_time_to_fail
         self._etcd = etcd
         self._progress = progress
+        self._steps = steps
         self._clock = clock
         self._lock = threading.Lock()
         self._fields = StatusFields()
@@ -76,6 +78,8 @@ class AgentStatus:
     def report(self) -> HealthReport:
         f = self.fields
         timer_progress = self._progress()
+        # (step, Unix time, loop over) of the current round; a group not running has none.
+        steps = self._steps() if f.state is AgentState.RUNNING else None
         last_progress = max(
             (p for p in (f.last_progress, timer_progress) if p is not None), default=None
         )
@@ -100,4 +104,7 @@ class AgentStatus:
             updated_at=self._clock(),
             health_port=f.health_port,
             last_failure=f.last_failure,
+            last_step=None if steps is None else steps[0],
+            last_step_at=None if steps is None else steps[1],
+            steps_done=False if steps is None else steps[2],
         )

@@ -86,6 +86,14 @@ class HealthReport:
     """The port this report is served on (not the default when that one was busy)."""
     last_failure: WorkerFailure | None = None
     """The first worker failure of the latest round that had one (``protocol.failure``)."""
+    last_step: int | None = None
+    """The highest training step a local worker reported in the current round
+    (``elasticjob_agent.progress.report_step``); ``None`` before the first one."""
+    last_step_at: float | None = None
+    """Unix time (the agent's clock) of the latest step report in the current round."""
+    steps_done: bool = False
+    """A local worker said its training loop is over (``report_done``) in the current round:
+    no hang is judged from here on."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -117,6 +125,9 @@ class HealthReport:
             "updatedAt": self.updated_at,
             "healthPort": self.health_port,
             "lastFailure": None if self.last_failure is None else self.last_failure.to_json(),
+            "lastStep": self.last_step,
+            "lastStepAt": self.last_step_at,
+            "stepsDone": self.steps_done,
         }
 
     def dumps(self) -> str:
@@ -181,6 +192,9 @@ class HealthReport:
             updated_at=_opt_num(data, "updatedAt") or 0.0,
             health_port=_opt_port(data, "healthPort"),
             last_failure=_opt_failure(data.get("lastFailure")),
+            last_step=_opt_int(data, "lastStep"),
+            last_step_at=_opt_num(data, "lastStepAt"),
+            steps_done=_opt_bool(data, "stepsDone"),
         )
 
     @classmethod
@@ -331,6 +345,13 @@ def _bool(obj: Mapping[str, Any], key: str, *, where: str) -> bool:
     if not isinstance(value, bool):
         raise HealthReportError(f"field {where!r} must be true or false, got {_show(value)}")
     return value
+
+
+def _opt_bool(obj: Mapping[str, Any], key: str) -> bool:
+    """An optional flag: absent or ``null`` is False."""
+    if obj.get(key) is None:
+        return False
+    return _bool(obj, key, where=key)
 
 
 def _int(

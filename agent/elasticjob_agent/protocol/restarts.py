@@ -28,14 +28,18 @@ from typing import Any
 
 
 class RestartReason(str, Enum):
-    """Why the worker group restarted, as agents count it. ``FAILURE`` and ``TIMER`` spend
-    ``max_restarts`` (``SPENDS_BUDGET``)."""
+    """Why the worker group restarted, as agents count it. ``FAILURE``, ``TIMER`` and ``HANG``
+    spend ``max_restarts`` (``SPENDS_BUDGET``)."""
 
     FAILURE = "failure"
     """A worker process exited non-zero (or a node's agent died after the round completed)."""
 
     TIMER = "timer"
     """A worker's expiration timer fired and the agent killed it."""
+
+    HANG = "hang"
+    """No local worker reported a step for the progress timeout (``--progress-timeout``) after
+    the first one, so the agent stopped its group."""
 
     MEMBERSHIP = "membership"
     """Nodes joined (scale-up) or left cleanly (scale-down): free."""
@@ -58,7 +62,9 @@ POD_LOST = "pod-lost"
 ETCD_RECOVERED = RestartReason.ETCD_RECOVERED.value
 """Operator-counted: once per managed etcd it recreated."""
 
-SPENDS_BUDGET = frozenset({RestartReason.FAILURE.value, RestartReason.TIMER.value, POD_FAILURE})
+SPENDS_BUDGET = frozenset(
+    {RestartReason.FAILURE.value, RestartReason.TIMER.value, RestartReason.HANG.value, POD_FAILURE}
+)
 """The reasons whose restarts spend ``max_restarts``; every other reason is free."""
 AGENT_COUNTED = frozenset(r.value for r in RestartReason if r is not RestartReason.ETCD_RECOVERED)
 """The reasons agents count in etcd (``etcd-recovered`` is the operator's alone)."""

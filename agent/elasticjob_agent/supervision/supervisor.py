@@ -48,6 +48,7 @@ from elasticjob_agent.supervision.restart_policy import (
 )
 from elasticjob_agent.supervision.root_cause import first_failure, signal_name
 from elasticjob_agent.supervision.worker_env import AgentKnobs, GroupContext, worker_env
+from elasticjob_agent.timers.steps import StepProgress, is_hung
 from elasticjob_agent.timers.table import Expired
 
 logger = logging.getLogger(__name__)
@@ -90,6 +91,7 @@ class Workers(Protocol):
 class Timers(Protocol):
     def reset(self, pids: frozenset[int]) -> None: ...
     def expired(self) -> list[Expired]: ...
+    def steps(self) -> StepProgress | None: ...
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,8 @@ class SupervisorSettings:
     etcd_timeout: float
     local_addr: str | None
     knobs: AgentKnobs
+    progress_timeout: float | None = None
+    """``--progress-timeout``: restart with reason ``hang`` after this long without a step."""
 
 
 class _Exit(Exception):
@@ -321,6 +325,10 @@ class Supervisor:
                 self._preempted()
             if self._timers_fired():
                 return RestartReason.TIMER
+            steps = self._timers.steps()
+            if steps is not None and is_hung(steps, self._s.progress_timeout, time.monotonic()):
+                self._hung(steps)
+                return RestartReason.HANG
             codes = self._workers.exit_codes()
             self._status.update(
                 workers=tuple(
@@ -342,6 +350,34 @@ class Supervisor:
                 reason = self._membership_change()
                 if reason is not None:
                     return reason
+
+    def _hung(self, steps: StepProgress) -> None:
+        """No local worker reported a step for the progress timeout: that is the round's root
+        cause (the peers' workers then fail with lost connections, mere consequences)."""
+        silent = time.time() - steps.at
+        self._events.warning(
+            "no_progress",
+            last_step=steps.step,
+            seconds=f"{silent:.1f}",
+            progress_timeout_s=self._s.progress_timeout,
+        )
+        failure = WorkerFailure(
+            local_rank=0,
+            time=time.time(),
+            rank=self._base_rank,
+            node=self._status.node,
+            pod=self._environ.get("POD_NAME") or self._environ.get("HOSTNAME"),
+            message=cap(
+                f"no training step for {silent:.0f} s after step {steps.step} "
+                f"(progress timeout {self._s.progress_timeout:g} s): a rank of this node hung, "
+                "or waits for one that did",
+                MAX_MESSAGE,
+            ),
+            round=self._round,
+        )
+        self._status.update(last_failure=failure)
+        self._events.warning("root_cause", failure=failure.summary()[:1000])
+        write_termination_message(failure)
 
     def _timers_fired(self) -> bool:
         """Kill the workers whose expiration timer fired (with the signal their timer asked

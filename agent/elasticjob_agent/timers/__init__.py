@@ -4,6 +4,12 @@ Worker side: ``from elasticjob_agent.timers import expires, heartbeat`` (``timer
 Agent side: ``timers.server`` (the socket the workers talk to) and ``timers.table`` (pure).
 """
 
-from elasticjob_agent.timers.worker import TIMER_SOCKET_ENV, expires, heartbeat
+from elasticjob_agent.timers.worker import (
+    TIMER_SOCKET_ENV,
+    expires,
+    heartbeat,
+    report_done,
+    report_step,
+)
 
-__all__ = ["TIMER_SOCKET_ENV", "expires", "heartbeat"]
+__all__ = ["TIMER_SOCKET_ENV", "expires", "heartbeat", "report_done", "report_step"]

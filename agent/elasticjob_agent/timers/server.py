@@ -10,7 +10,9 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
+from elasticjob_agent.timers.steps import StepProgress, first_step
 from elasticjob_agent.timers.table import Expired, TimerMessage, TimerMessageError, TimerTable
 from elasticjob_agent.timers.torch_fifo import TorchTimerFifo
 
@@ -25,11 +27,14 @@ class TimerServer:
         self,
         path: str,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
         *,
         torch_fifo: str | None = None,
     ) -> None:
         self.path = path
         self._clock = clock
+        self._monotonic = monotonic
+        self._steps: StepProgress | None = None
         self._table = TimerTable()
         self._lock = threading.Lock()
         self._last_progress: float | None = None
@@ -61,13 +66,40 @@ class TimerServer:
     def submit(self, msg: TimerMessage) -> None:
         """Apply one message (from any transport); a message of a current worker is progress."""
         with self._lock:
+            if msg.op in ("step", "done", "heartbeat"):
+                msg = self._from_worker(msg)
             if self._table.apply(msg):
                 self._last_progress = self._clock()
+                if msg.step is not None:
+                    self._note_step(msg.step)
+                elif msg.op == "done" and self._steps is not None:
+                    self._steps = self._steps.finish()
+
+    def _from_worker(self, msg: TimerMessage) -> TimerMessage:
+        """A sign of progress from a process in a worker's session counts as the worker's
+        (each worker leads its own session: a script run by a shell wrapper, with
+        ``--no-python``, is the wrapper's child). Only for progress: a timer kills its pid."""
+        if msg.pid in self._table.pids:
+            return msg
+        try:
+            session = os.getsid(msg.pid)
+        except OSError:  # gone already, or not ours to ask about
+            return msg
+        return replace(msg, pid=session) if session in self._table.pids else msg
+
+    def _note_step(self, step: int) -> None:
+        at, mono = self._last_progress or self._clock(), self._monotonic()
+        self._steps = (
+            first_step(step, at, mono)
+            if self._steps is None
+            else self._steps.observe(step, at, mono)
+        )
 
     def reset(self, pids: frozenset[int]) -> None:
         with self._lock:
             self._table.reset(pids)
             self._last_progress = self._clock()
+            self._steps = None
 
     def expired(self) -> list[Expired]:
         with self._lock:
@@ -77,6 +109,11 @@ class TimerServer:
     def last_progress(self) -> float | None:
         with self._lock:
             return self._last_progress
+
+    def steps(self) -> StepProgress | None:
+        """The group's step progress since the last ``reset`` (``None``: no step yet)."""
+        with self._lock:
+            return self._steps
 
     def close(self) -> None:
         if self.torch_fifo is not None:

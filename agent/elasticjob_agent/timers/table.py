@@ -11,6 +11,9 @@ from typing import NamedTuple
 DEFAULT_SIGNAL = int(signal.SIGKILL)
 """What an expired timer's worker gets unless its client asked for another signal."""
 
+MAX_STEP = 2**53
+"""Largest step a worker may report (exact in every JSON implementation, like the report's)."""
+
 
 class TimerMessageError(ValueError):
     """A datagram on the timer socket is not a timer message."""
@@ -24,6 +27,8 @@ class TimerMessage:
     deadline: float | None = None
     signal: int = DEFAULT_SIGNAL
     """Sent to the worker when the timer expires; ``<= 0``: only report it (torch's rule)."""
+    step: int | None = None
+    """``op == "step"``: the training step the worker reports (``progress.report_step``)."""
 
     @classmethod
     def decode(cls, raw: bytes) -> TimerMessage:
@@ -33,12 +38,16 @@ class TimerMessage:
             pid = data["pid"]
         except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as exc:
             raise TimerMessageError(f"not a timer message: {raw[:200]!r}") from exc
-        if op not in ("acquire", "release", "heartbeat") or not isinstance(pid, int):
+        known = ("acquire", "release", "heartbeat", "step", "done")
+        if op not in known or not isinstance(pid, int):
             raise TimerMessageError(f"not a timer message: {raw[:200]!r}")
         deadline = data.get("deadline")
         if op == "acquire" and not isinstance(deadline, int | float):
             raise TimerMessageError(f"acquire without a numeric deadline: {raw[:200]!r}")
-        return cls(op, pid, str(data.get("scope", "default")), deadline)
+        step = data.get("step")
+        if op == "step" and (type(step) is not int or not 0 <= step <= MAX_STEP):
+            raise TimerMessageError(f"step without an integer in 0..{MAX_STEP}: {raw[:200]!r}")
+        return cls(op, pid, str(data.get("scope", "default")), deadline, step=step)
 
     @classmethod
     def decode_torch(cls, line: bytes) -> TimerMessage:

@@ -20,6 +20,7 @@ from contextlib import contextmanager
 
 TIMER_SOCKET_ENV = "ELASTICJOB_TIMER_SOCKET"
 _MAX_SCOPE = 200
+_MAX_STEP = 2**53
 
 
 def _send(message: dict[str, object]) -> None:
@@ -50,6 +51,22 @@ def expires(after: float, scope: str | None = None) -> Iterator[None]:
         yield
     finally:
         _send({"op": "release", "pid": pid, "scope": name})
+
+
+def report_step(step: int) -> None:
+    """Tell the agent this worker finished training step ``step`` (``elasticjob_agent.progress``).
+
+    Raises ``ValueError`` for a step that is not an integer in ``0..2**53``.
+    """
+    if type(step) is not int or not 0 <= step <= _MAX_STEP:
+        raise ValueError(f"report_step({step!r}): step must be an integer in 0..{_MAX_STEP}")
+    _send({"op": "step", "pid": os.getpid(), "step": step})
+
+
+def report_done() -> None:
+    """Tell the agent this worker's training loop is over (``elasticjob_agent.progress``): what
+    follows (a final checkpoint, teardown) is not watched by ``--progress-timeout``."""
+    _send({"op": "done", "pid": os.getpid()})
 
 
 def heartbeat() -> None:

@@ -13,10 +13,11 @@ from typing import Any
 from ..config import ClusterConfig, tool_path
 from ..controlplane import ControlPlane
 from ..network import Subnet, created_mount_points_file
+from ..pki import NETWORK_POLICY_USER
 from .images import ImageEntry, prepare_store, read_index, remove_root
 from .layout import NodeLayout
 from .node import NodeError, RealNode, remove_leftovers, teardown
-from .render import coredns_manifests
+from .render import coredns_manifests, network_policy_rbac
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,7 @@ class Fleet:
                 tainted=config.nodes > 0,
                 max_pods=config.pods_per_node,
                 created_mount_points=created_mount_points_file(),
+                network_policies=config.network_policies,
             )
             for lay in self.layouts
         }
@@ -73,9 +75,30 @@ class Fleet:
         with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
             for future in [pool.submit(n.boot) for n in nodes]:
                 future.result()
+        if self.config.network_policies:
+            rbac = network_policy_rbac(NETWORK_POLICY_USER)
+            self.kubectl("apply", "-f", "-", input="\n".join(json.dumps(m) for m in rbac))
         for node in nodes:
             node.start_kubelet()
+        if self.config.network_policies:
+            self.wait_registered()
+            for node in nodes:
+                node.start_enforcer()
         self.timings["real_nodes_seconds"] = round(time.monotonic() - began, 1)
+
+    def wait_registered(self, timeout: float = 120) -> None:
+        """Until every real node's kubelet has registered its Node."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.check_alive()
+            listed: Any = json.loads(self.kubectl("get", "nodes", "-o", "json"))
+            have = {n["metadata"]["name"] for n in listed.get("items", [])}
+            missing = sorted(set(self.nodes) - have)
+            if not missing:
+                return
+            if time.monotonic() > deadline:
+                raise NodeError(f"real nodes {missing} not registered after {timeout:.0f} s")
+            time.sleep(0.3)
 
     def deploy_dns(self, timeout: float = 180) -> None:
         """Apply CoreDNS and wait until its pod is Ready behind the kube-dns Service."""

@@ -1,5 +1,5 @@
-"""One real node: containerd, kubelet, kube-proxy and the fake GPU device plugin in a network
-namespace, a mount namespace and a cgroup of their own.
+"""One real node: containerd, kubelet, kube-proxy, the NetworkPolicy enforcer and the fake GPU
+device plugin in a network namespace, a mount namespace and a cgroup of their own.
 
 :meth:`RealNode.create` makes the node's network (namespace, veth on the cluster bridge, routes)
 once; :meth:`RealNode.start` starts its processes (again after :meth:`RealNode.kill`, as a
@@ -17,10 +17,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ..config import k8s_bin_dir
-from ..controlplane import ControlPlane
+from ..config import k8s_bin_dir, network_policy_binary
+from ..controlplane import SERVICE_CIDR, ControlPlane
 from ..network import NetworkError, Subnet
-from ..pki import issue_certificate
+from ..pki import NETWORK_POLICY_IDENTITY, issue_certificate
 from . import cgroups
 from .layout import REAL_NODE_LABEL, NodeLayout, cluster_cidr
 from .render import (
@@ -34,6 +34,7 @@ from .render import (
 log = logging.getLogger(__name__)
 
 DEVICE_PLUGIN = "elasticjob-fake-gpu-plugin"
+ENFORCER = "kube-router"
 
 # The parent-death signal (setpriv --pdeathsig) fires when the *thread* that forked the child
 # ends, not the process: every long-lived node process is forked by this one thread, which
@@ -85,6 +86,7 @@ class RealNode:
         tainted: bool,
         max_pods: int,
         created_mount_points: Path,
+        network_policies: bool = True,
     ) -> None:
         self.layout = layout
         self.cp = cp
@@ -92,6 +94,7 @@ class RealNode:
         self.tainted = tainted
         self.max_pods = max_pods
         self.created_mount_points = created_mount_points
+        self.network_policies = network_policies
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self.holder: subprocess.Popen[bytes] | None = None
         self.lost = False
@@ -186,6 +189,18 @@ class RealNode:
             (sysctl_dir / name.replace("/", ".")).write_text(value + "\n")
         return cert, key
 
+    def _enforcer_argv(self) -> list[str]:
+        """kube-router with its firewall alone (the NetworkPolicy controller: iptables and
+        ipset), as its ``kube-router-firewall`` DaemonSet runs it, in the node's namespace."""
+        return [
+            str(network_policy_binary()), "--run-firewall=true", "--run-router=false",
+            "--run-service-proxy=false", "--run-loadbalancer=false", "--enable-cni=false",
+            f"--kubeconfig={self.cp.kubeconfig(NETWORK_POLICY_IDENTITY)}",
+            f"--hostname-override={self.layout.name}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--health-port=0", "--metrics-port=0", "--v=1",
+        ]  # fmt: skip
+
     def _mount_script(self) -> str:
         lay = self.layout
         lines = ["set -e"]
@@ -269,6 +284,7 @@ class RealNode:
         gone, its images and the kubelet's pods are not."""
         self.boot()
         self.start_kubelet()
+        self.start_enforcer()
 
     def boot(self) -> None:
         """Mount namespace, cgroups and containerd."""
@@ -288,6 +304,12 @@ class RealNode:
         )  # fmt: skip
         self._wait("mount namespace", ready_file.exists, 30)
         self._start_containerd()
+
+    def start_enforcer(self) -> None:
+        """The NetworkPolicy enforcer, unless turned off. Only once the node is registered:
+        kube-router exits when it cannot find its Node."""
+        if self.network_policies:
+            self._spawn(ENFORCER, self._enforcer_argv())
 
     def start_kubelet(self) -> None:
         """The kubelet, kube-proxy and the device plugin (containerd runs)."""

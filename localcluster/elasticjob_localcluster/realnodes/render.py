@@ -221,6 +221,38 @@ def kube_proxy_config(layout: NodeLayout, kubeconfig: Path, cluster_cidr: str) -
     return json.dumps(config, indent=2) + "\n"
 
 
+def network_policy_rbac(user: str) -> list[dict[str, Any]]:
+    """What the enforcer reads (the read rules of kube-router's own ClusterRole), bound to the
+    static ``user`` it runs as."""
+    name = "elasticjob:kube-router"
+    rbac = "rbac.authorization.k8s.io"
+    read = ["get", "list", "watch"]
+    core = ["namespaces", "pods", "services", "nodes", "endpoints"]
+    return [
+        {
+            "apiVersion": f"{rbac}/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": name},
+            "rules": [
+                {"apiGroups": [""], "resources": core, "verbs": read},
+                {
+                    "apiGroups": ["networking.k8s.io"],
+                    "resources": ["networkpolicies"],
+                    "verbs": read,
+                },
+                {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": read},
+            ],
+        },
+        {
+            "apiVersion": f"{rbac}/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": rbac, "kind": "ClusterRole", "name": name},
+            "subjects": [{"apiGroup": rbac, "kind": "User", "name": user}],
+        },
+    ]
+
+
 COREFILE = f"""\
 .:53 {{
     errors

@@ -233,7 +233,12 @@ def test_a_rank_raising_under_record_is_named_in_status_events_and_termination_m
     assert status["reason"] == "MaxRestartsExceeded", diagnostics(cluster, work, "raiser")
 
     failure = status["lastFailure"]
-    assert failure["rank"] == 1 and failure["exitCode"] == 1, failure
+    seen = {
+        p["metadata"]["name"]: termination_message(cluster, work, p["metadata"]["name"])
+        for p in pods(cluster, work)
+    }
+    why = f"{failure}\ntermination messages: {seen}\n{diagnostics(cluster, work, 'raiser')}"
+    assert failure["rank"] == 1 and failure["exitCode"] == 1, why
     assert failure["exceptionType"] == "RuntimeError", failure
     assert failure["message"] == "injected failure at step 3 on rank 1", failure
     assert failure["frame"].endswith("in inject_failure") and "train.py" in failure["frame"]

@@ -82,17 +82,19 @@ def test_c10d_backend_runs_under_our_supervisor_and_a_killed_worker_restarts_the
     wait_for((tmp_path / "ckpt" / "step-5.pt").exists, 120, "the first checkpoint")
     os.kill(running["workers"][0]["pid"], signal.SIGKILL)
 
-    # b counts its own failure, a the membership change b's return caused (torchrun's rule).
+    # Each agent counts what it saw (torchrun's rule): b its worker's failure; a either b's
+    # return to the rendezvous (membership) or its own worker's lost connection (failure),
+    # whichever it noticed first. One restart each, whatever the order.
     b.wait_status(
         lambda s: s["restarts"]["byReason"].get("failure") == 1 and s["state"] == "Running",
         120,
         "b restarted after its worker failed",
     )
-    a.wait_status(
-        lambda s: s["restarts"]["byReason"].get("membership") == 1 and s["state"] == "Running",
-        120,
-        "a restarted with b",
+    restarted = a.wait_status(
+        lambda s: s["restarts"]["total"] == 1 and s["state"] == "Running", 120, "a restarted"
     )
+    counted = {reason for reason, n in restarted["restarts"]["byReason"].items() if n}
+    assert counted <= {"failure", "membership"}, restarted
     assert a.wait_exit(240) == 0, a.log()[-3000:]
     assert b.wait_exit(60) == 0, b.log()[-3000:]
     logs = a.log() + b.log()

@@ -35,7 +35,7 @@ from elasticjob_agent.supervision.restart_policy import (
 R = RestartReason
 
 
-def test_only_failures_and_timers_spend_the_budget() -> None:
+def test_only_failures_timers_and_hangs_spend_the_budget() -> None:
     counts = RestartCounts()
     for reason in (R.MEMBERSHIP, R.PREEMPTION, R.FAILURE):
         counts = counts.plus(reason)
@@ -43,8 +43,8 @@ def test_only_failures_and_timers_spend_the_budget() -> None:
     assert counts.total == 4
     assert counts.spent == 2
     assert counts.full()["etcd-recovered"] == 0
-    assert {r.value for r in R if r.spends_budget} == {"failure", "timer"}
-    assert {"failure", "timer", "pod-failure"} == SPENDS_BUDGET
+    assert {r.value for r in R if r.spends_budget} == {"failure", "timer", "hang"}
+    assert {"failure", "timer", "hang", "pod-failure"} == SPENDS_BUDGET
 
 
 @pytest.mark.parametrize(

@@ -27,6 +27,7 @@ from elasticjob_localcluster.realnodes.render import (
     coredns_manifests,
     kube_proxy_config,
     kubelet_config,
+    network_policy_rbac,
 )
 
 STATE = Path("/state")
@@ -119,6 +120,27 @@ def test_kube_proxy_leaves_machine_wide_conntrack_alone() -> None:
     assert config["mode"] == "iptables"
     assert config["conntrack"]["maxPerCore"] == 0
     assert config["clusterCIDR"] == "10.100.0.0/16"
+
+
+def test_the_policy_enforcer_may_read_policies_pods_and_namespaces_and_nothing_more() -> None:
+    role, binding = network_policy_rbac("elasticjob:kube-router")
+    assert binding["subjects"] == [
+        {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "elasticjob:kube-router"}
+    ]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    granted = {
+        (group, resource)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
+    assert {("networking.k8s.io", "networkpolicies"), ("", "pods"), ("", "namespaces")} <= granted
+    assert {verb for rule in role["rules"] for verb in rule["verbs"]} == {"get", "list", "watch"}
+
+
+def test_real_nodes_enforce_network_policies_unless_turned_off() -> None:
+    assert ClusterConfig().network_policies
+    assert not ClusterConfig(real_nodes=1, network_policies=False).network_policies
 
 
 def test_coredns_runs_on_real_nodes_behind_kube_dns() -> None:

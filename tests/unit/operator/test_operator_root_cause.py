@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from elasticjob_agent.protocol.exit_codes import ExitCode
 from elasticjob_agent.protocol.failure import WorkerFailure
-from elasticjob_operator import root_cause
+from elasticjob_operator import planning, root_cause
 from elasticjob_operator.observed import PodPhase
 from elasticjob_operator.status import JobStatus, Phase
 
@@ -167,3 +167,43 @@ def test_the_cause_in_an_exited_pods_termination_message_beats_a_reported_conseq
         "last root cause: rank 3 on demo-worker-1-0 exited with code 1: ValueError: loss is nan "
         "(at /app/train.py:42 in step)"
     )
+
+
+def test_a_spent_budget_waits_for_every_agent_to_exit_before_quoting_the_root_cause() -> None:
+    """The peer that only lost its connection exits first; the verdict waits for the agent
+    whose rank raised (its termination message), at most ROOT_CAUSE_WAIT_SECONDS."""
+    cluster = Cluster()
+    status = _started(cluster)
+    cluster.set(
+        "demo-worker-0-0",
+        phase=PodPhase.FAILED,
+        exit_code=ExitCode.MAX_RESTARTS_EXCEEDED,
+        finished_at=T0 + 5,
+        last_failure=LOST_PEER,
+    )
+    waiting = step(cluster, status, job_spec(), T0 + 6, etcd_reachable=True)
+    assert waiting.status.phase is not Phase.FAILED
+    cause = replace(RAISED, round=3, pod=None)
+    cluster.set(
+        "demo-worker-1-0",
+        phase=PodPhase.FAILED,
+        exit_code=ExitCode.MAX_RESTARTS_EXCEEDED,
+        finished_at=T0 + 7,
+        last_failure=cause,
+    )
+    done = step(cluster, waiting.status, job_spec(), T0 + 8, etcd_reachable=True)
+    assert done.status.phase is Phase.FAILED
+    assert "last root cause: rank 3 on demo-worker-1-0" in done.status.message
+
+
+def test_a_spent_budget_does_not_wait_past_the_deadline_for_a_pod_that_keeps_running() -> None:
+    cluster = Cluster()
+    status = _started(cluster)
+    cluster.set(
+        "demo-worker-0-0",
+        phase=PodPhase.FAILED,
+        exit_code=ExitCode.MAX_RESTARTS_EXCEEDED,
+        finished_at=T0 + 5,
+    )
+    late = T0 + 5 + planning.ROOT_CAUSE_WAIT_SECONDS
+    assert step(cluster, status, job_spec(), late, etcd_reachable=True).status.phase is Phase.FAILED

@@ -57,7 +57,13 @@ def test_example_trains_to_succeeded_and_shows_in_kubectl_get(
     )
     assert job["status"]["reason"] == "Succeeded"
     assert condition(job, "Succeeded")["status"] == "True"
-    assert job["status"]["restarts"]["total"] == 0
+    # minNodes 1 with a 5 s last call: a second pod whose agent joins later than that is
+    # admitted by a scale-up re-rendezvous, a free `membership` restart. Nothing else may count.
+    restarts = job["status"]["restarts"]
+    assert restarts["failures"] == 0, restarts
+    assert set(restarts["byReason"]) <= {"membership"} or all(
+        n == 0 for r, n in restarts["byReason"].items() if r != "membership"
+    ), restarts
     table = cluster.kubectl("get", "ej", "-n", ns).stdout
     header, row = table.splitlines()[:2]
     assert header.split() == [

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -323,9 +323,8 @@ def parse_nnodes(text: str) -> tuple[int, int]:
     return low, high
 
 
-def parse_rdzv_conf(text: str) -> dict[str, str]:
-    """Parse ``key=value,...``; unknown keys and bad values raise ``UsageError`` naming them."""
-    conf: dict[str, str] = {}
+def _conf_items(text: str) -> Iterator[tuple[str, str]]:
+    """The ``key=value`` pairs of ``--rdzv-conf``, stripped; a malformed item: ``UsageError``."""
     for item in (part.strip() for part in text.split(",")):
         if not item:
             continue
@@ -333,6 +332,13 @@ def parse_rdzv_conf(text: str) -> dict[str, str]:
         key, value = key.strip(), value.strip()
         if not sep or not key or not value:
             raise UsageError(f"--rdzv-conf item {item!r} must be key=value")
+        yield key, value
+
+
+def parse_rdzv_conf(text: str) -> dict[str, str]:
+    """Parse ``key=value,...``; unknown keys and bad values raise ``UsageError`` naming them."""
+    conf: dict[str, str] = {}
+    for key, value in _conf_items(text):
         if key not in RDZV_CONF_KEYS:
             raise UsageError(
                 f"--rdzv-conf: unknown key {key!r}; known keys: {', '.join(RDZV_CONF_KEYS)}"
@@ -354,13 +360,7 @@ def parse_c10d_conf(text: str) -> dict[str, str]:
     """``--rdzv-conf`` for ``--rdzv-backend c10d``: torch's keys, checked as torch reads them
     (whole numbers of seconds), so a bad value exits 2 before anything starts."""
     conf: dict[str, str] = {}
-    for item in (part.strip() for part in text.split(",")):
-        if not item:
-            continue
-        key, sep, value = item.partition("=")
-        key, value = key.strip(), value.strip()
-        if not sep or not key or not value:
-            raise UsageError(f"--rdzv-conf item {item!r} must be key=value")
+    for key, value in _conf_items(text):
         if key not in C10D_CONF_KEYS:
             raise UsageError(
                 f"--rdzv-conf: key {key!r} is not one of the c10d backend's: "

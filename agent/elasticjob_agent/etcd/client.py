@@ -7,7 +7,11 @@ endpoints, and reachability bookkeeping for the health report.
 
 Contract:
 
-- Every request carries a deadline of ``request_timeout`` seconds.
+- Every request carries a deadline: ``request_timeout`` seconds while etcd answers in time,
+  longer after requests went unanswered (``elasticjob_agent.etcd.pacing``: doubled per
+  unanswered request up to 8x, back to ``request_timeout`` once etcd answers fast again), and
+  never longer than the caller can wait (``caller_budget``) unless that is under
+  ``request_timeout``. ``unanswered`` counts the requests that got no answer in time.
 - A request that fails because etcd is unreachable (``UNAVAILABLE``, ``DEADLINE_EXCEEDED``, a
   broken stream) raises ``RendezvousConnectionError`` at once, marks the client unreachable and
   drops the channel; the next request opens a new channel to the next endpoint, resolving its
@@ -24,8 +28,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -33,6 +38,7 @@ from typing import Any
 import grpc
 from aetcd import rpc
 
+from elasticjob_agent.etcd import pacing
 from elasticjob_agent.etcd.endpoints import Endpoint, parse_endpoints
 from elasticjob_agent.rendezvous.errors import RendezvousConnectionError
 
@@ -40,6 +46,33 @@ from elasticjob_agent.rendezvous.errors import RendezvousConnectionError
 def _from_server(exc: BaseException) -> bool:
     """An answer of etcd itself (``etcdserver: ...``), not of the transport or grpc."""
     return isinstance(exc, grpc.aio.AioRpcError) and (exc.details() or "").startswith("etcdserver")
+
+
+def _overloaded(exc: grpc.aio.AioRpcError) -> bool:
+    """etcd answered that it could not serve the request in time: it timed out waiting for its
+    own apply loop (the transaction may still be applied later), or refused it because the apply
+    loop is too far behind (``too many requests``: not applied). Either way: etcd is slow."""
+    details = exc.details() or ""
+    return _from_server(exc) and ("timed out" in details or "too many requests" in details)
+
+
+_caller_limit: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "elasticjob_etcd_caller_limit", default=None
+)
+
+
+@contextlib.contextmanager
+def caller_budget(seconds: float | None) -> Iterator[None]:
+    """Within this block (this task and the tasks it starts), no request of any ``EtcdClient``
+    waits longer than ``seconds`` from now, unless that is under the client's
+    ``request_timeout`` (``pacing.for_request``). ``None``: no bound. ``retry_until`` sets it
+    to what is left of its outage budget and deadline."""
+    limit = None if seconds is None else time.monotonic() + seconds
+    token = _caller_limit.set(limit)
+    try:
+        yield
+    finally:
+        _caller_limit.reset(token)
 
 
 _UNREACHABLE = {
@@ -220,6 +253,8 @@ class EtcdClient:
         if not self.endpoints:
             raise ValueError("at least one etcd endpoint is required")
         self.request_timeout = request_timeout
+        """The base deadline of one request (``pacing``: the deadline in use may be longer)."""
+        self._deadline = request_timeout
         self._clock = clock
         self._index = 0
         self._channel: grpc.aio.Channel | None = None
@@ -235,6 +270,9 @@ class EtcdClient:
         """Number of requests sent (unary calls and watch creations), for benchmarks."""
         self.failed_txns = 0
         """Transactions whose compares failed (lost races), for benchmarks."""
+        self.unanswered = 0
+        """Requests that got no answer within their deadline, or that etcd said it could not
+        serve in time (timed out, too many requests): each one lengthened the deadline."""
 
     # --- connection and bookkeeping ---------------------------------------------------------
 
@@ -248,6 +286,21 @@ class EtcdClient:
             last_contact=self._last_contact,
             unreachable_since=self._unreachable_since,
         )
+
+    @property
+    def request_deadline(self) -> float:
+        """The deadline the next request gets (before the caller's budget cuts it)."""
+        return self._deadline
+
+    def _deadline_now(self) -> float:
+        limit = _caller_limit.get()
+        remaining = None if limit is None else limit - time.monotonic()
+        return pacing.for_request(self._deadline, self.request_timeout, remaining)
+
+    def _silent(self) -> None:
+        """A request went unanswered in time: lengthen the next ones' deadline."""
+        self.unanswered += 1
+        self._deadline = pacing.after_silence(self._deadline, self.request_timeout)
 
     def _ensure_channel(self) -> None:
         if self._channel is None:
@@ -272,13 +325,16 @@ class EtcdClient:
         await self.range(b"\0")
         self._watch_stream()
 
-    def _failed(self, *, drop: bool = True) -> None:
+    def _failed(self, *, drop: bool = True, answered: bool = False) -> None:
         """Record a failed request. ``drop``: the connection itself is broken (not merely a
         slow or overloaded etcd), so close it and move to the next endpoint. Dropping a healthy
-        connection under load would only add a reconnect storm to the overload."""
+        connection under load would only add a reconnect storm to the overload. ``answered``:
+        etcd said it is overloaded (the connection works): not a silent link."""
         now = self._clock()
         if self._unreachable_since is None:
             self._unreachable_since = now
+        if answered and not drop:
+            return
         # A link cut under an established connection shows only as client-side deadlines (the
         # packets vanish): past a few deadlines without any answer, treat the connection as
         # broken, so the next call re-resolves the name (a recreated etcd has a new address).
@@ -301,16 +357,19 @@ class EtcdClient:
 
     def note_silence(self) -> None:
         """Record a request the caller gave up on before its grpc deadline (no answer)."""
+        self._silent()
         self._failed(drop=False)
 
     def _map_error(self, exc: grpc.aio.AioRpcError) -> Exception:
         code = exc.code()
         details = exc.details() or ""
-        if code in _UNREACHABLE:
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED or _overloaded(exc):
+            self._silent()
+        if code in _UNREACHABLE or _overloaded(exc):
             # "etcdserver: ..." comes from a live server (e.g. "request timed out" under load);
             # a client-side deadline says nothing about the connection either.
             transport = code == grpc.StatusCode.UNAVAILABLE and not _from_server(exc)
-            self._failed(drop=transport)
+            self._failed(drop=transport, answered=_overloaded(exc))
             hint = ""
             if self.endpoint.tls is not None and not _from_server(exc):
                 # A refused handshake looks like any unreachable server to grpc.
@@ -331,13 +390,16 @@ class EtcdClient:
         self._ensure_channel()
         stub = getattr(self, stub_name)
         self.requests += 1
+        started = time.monotonic()
         try:
-            response = await getattr(stub, method)(request, timeout=self.request_timeout)
+            response = await getattr(stub, method)(request, timeout=self._deadline_now())
         except grpc.aio.AioRpcError as exc:
             raise self._map_error(exc) from exc
         except asyncio.CancelledError as exc:
             raise _dropped_under(exc) from exc
         self._contact()
+        latency = time.monotonic() - started
+        self._deadline = pacing.after_answer(self._deadline, self.request_timeout, latency)
         return response
 
     async def close(self) -> None:
@@ -432,13 +494,13 @@ class EtcdClient:
             self._keepalive_call = self._lease.LeaseKeepAlive()
         call = self._keepalive_call
         try:
-            await asyncio.wait_for(
-                call.write(rpc.LeaseKeepAliveRequest(ID=lease)), self.request_timeout
-            )
-            response = await asyncio.wait_for(call.read(), self.request_timeout)
+            within = self._deadline_now()
+            await asyncio.wait_for(call.write(rpc.LeaseKeepAliveRequest(ID=lease)), within)
+            response = await asyncio.wait_for(call.read(), within)
         except TimeoutError as exc:
             call.cancel()
             self._keepalive_call = None
+            self._silent()
             self._failed(drop=False)
             raise RendezvousConnectionError("etcd did not answer a lease keep-alive") from exc
         except (asyncio.InvalidStateError, grpc.aio.AioRpcError):
@@ -549,10 +611,11 @@ class _WatchStream:
         if self._closed:
             raise RendezvousConnectionError("the etcd watch stream was closed")
         try:
-            async with asyncio.timeout(self._client.request_timeout):
+            async with asyncio.timeout(self._client._deadline_now()):
                 async with self._write_lock:
                     await self._call.write(request)
         except TimeoutError as exc:
+            self._client._silent()
             self._client._failed(drop=False)
             self.close()  # the client opens a new stream on the next watch
             raise RendezvousConnectionError("etcd did not take a watch request in time") from exc
@@ -570,9 +633,10 @@ class _WatchStream:
         self._queues[wid] = queue
         try:
             await self._write(rpc.WatchRequest(create_request=create))
-            created = await asyncio.wait_for(future, self._client.request_timeout)
+            created = await asyncio.wait_for(future, self._client._deadline_now())
         except TimeoutError as exc:
             self._queues.pop(wid, None)
+            self._client._silent()
             self._client._failed(drop=False)
             self.close()  # the client opens a new stream on the next watch
             raise RendezvousConnectionError("etcd did not create the watch in time") from exc

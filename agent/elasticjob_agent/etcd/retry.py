@@ -2,7 +2,9 @@
 
 Every caller that must ride out a short etcd outage (the rendezvous executor, the store, the
 restart counter) retries through ``retry_until``, so there is one backoff, one rule for what is
-retried, and one clock per caller for the deadline.
+retried, and one clock per caller for the deadline. The request deadline that grows while etcd
+is slow lives in the client (``elasticjob_agent.etcd.pacing``); ``retry_until`` bounds it by
+what is left of the caller's budget.
 """
 
 from __future__ import annotations
@@ -14,14 +16,12 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from elasticjob_agent.etcd.client import LeaseNotFoundError
+from elasticjob_agent.etcd import pacing
+from elasticjob_agent.etcd.client import LeaseNotFoundError, caller_budget
 from elasticjob_agent.rendezvous.errors import RendezvousConnectionError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-FIRST_DELAY = 0.05
-MAX_DELAY = 1.0
 
 
 async def retry_until(
@@ -37,20 +37,28 @@ async def retry_until(
 
     Contract:
 
-    - ``RendezvousConnectionError`` is retried with a backoff (50 ms doubling up to 1 s) while
-      the outage, measured from this call's first failure, is shorter than ``patience`` seconds
+    - ``RendezvousConnectionError`` is retried after a pause (its bound doubles from 50 ms to
+      1 s; each pause is drawn from the upper half of the bound, ``pacing.jittered``) while the
+      outage, measured from this call's first failure, is shorter than ``patience`` seconds
       and ``clock()`` is before ``deadline`` (a time on ``clock``; ``None``: no deadline). When
       either bound would pass before the next attempt, it raises ``RendezvousConnectionError``
       saying how long etcd was away.
+    - Each attempt runs under ``caller_budget``: no request of it waits past the earlier of
+      the two bounds (once an outage started) or ``deadline``, unless that is under the
+      client's base request deadline.
     - ``LeaseNotFoundError``: when ``on_lease_lost`` is given it is awaited (it forgets the dead
       lease, so ``op`` grants a new one) and ``op`` is retried at once; otherwise it propagates.
     - Every other error propagates unchanged.
     """
     outage_start: float | None = None
-    delay = FIRST_DELAY
+    delay = pacing.FIRST_PAUSE
     while True:
+        limit = math.inf if outage_start is None else outage_start + patience
+        if deadline is not None:
+            limit = min(limit, deadline)
         try:
-            return await op()
+            with caller_budget(None if math.isinf(limit) else limit - clock()):
+                return await op()
         except RendezvousConnectionError as exc:
             now = clock()
             if outage_start is None:
@@ -70,5 +78,5 @@ async def retry_until(
             log.warning("%s: lease lost; granting a new one", what)
             await on_lease_lost()
             continue
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, MAX_DELAY)
+        await asyncio.sleep(pacing.jittered(delay))
+        delay = pacing.next_pause(delay)

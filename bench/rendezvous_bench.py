@@ -194,6 +194,9 @@ class NodeResult:
     stage: str = "-"
     """Where the node was when it finished or gave up (ours): the last rendezvous action it
     decided, or the step of the agent's path after it."""
+    unanswered: int = 0
+    """ours: requests that got no answer in time (``EtcdClient.unanswered``): each one was
+    re-sent with a longer deadline."""
 
 
 # --- worker side -------------------------------------------------------------------------
@@ -284,6 +287,7 @@ def _ours(case: Case, nodes: list[str], ready: Connection, start: Any) -> list[N
             for c, node, lease in zip(clients, nodes, leases, strict=True)
         ]
         before = [c.requests for c in clients]
+        silent_before = [c.unanswered for c in clients]
         ready.send("ready")
         await asyncio.get_running_loop().run_in_executor(None, _wait_start, start)
 
@@ -342,13 +346,26 @@ def _ours(case: Case, nodes: list[str], ready: Connection, start: Any) -> list[N
             profiler.dump_stats(Path(case.profile_dir) / f"{case.run_id}-{os.getpid()}.prof")
         watchdog.cancel()
         results = []
-        for d, c, b, stage in zip(done, clients, before, stages, strict=True):
+        for d, c, b, s, stage in zip(done, clients, before, silent_before, stages, strict=True):
+            silent = c.unanswered - s
             if isinstance(d, BaseException):
                 results.append(
-                    NodeResult(time.time(), None, c.requests - b, 0, repr(d), stage=stage)
+                    NodeResult(
+                        time.time(),
+                        None,
+                        c.requests - b,
+                        0,
+                        repr(d),
+                        stage=stage,
+                        unanswered=silent,
+                    )
                 )
             else:
-                results.append(NodeResult(d[0], d[1], c.requests - b, c.failed_txns, None, d[2]))
+                results.append(
+                    NodeResult(
+                        d[0], d[1], c.requests - b, c.failed_txns, None, d[2], unanswered=silent
+                    )
+                )
         # Measured up to here: the clean-up below (watch cancellations, lease revocations,
         # closing the clients) happens outside the case's window, once every worker is done.
         ready.send((results, _cpu() - _START_CPU[0]))
@@ -628,6 +645,8 @@ class Row:
     after_last_join: float | None
     requests_per_node: float
     failed_cas: int
+    unanswered: int
+    """ours: requests of all nodes that got no answer in time (re-sent, with a longer deadline)."""
     errors: int
     first_error: str | None
     rendezvous: float | None
@@ -777,6 +796,7 @@ def run_case(case: Case, pool: list[tuple[Any, Connection]], start: Any, etcd_pi
         after_last_join=(last - max(joined)) if joined else None,
         requests_per_node=sum(r.requests for r in results) / len(results),
         failed_cas=sum(r.failed_cas for r in results),
+        unanswered=sum(r.unanswered for r in results),
         errors=len(errors),
         first_error=errors[0] if errors else None,
         client_cpu=cpu,
@@ -956,7 +976,8 @@ def _format(row: Row) -> str:
     return (
         f"{c.candidate:14s} {c.scenario:10s} N={c.n:5d} total={row.total:7.3f}s rdzv={rdzv} "
         f"after-last-join={alj} req/node={row.requests_per_node:6.1f} "
-        f"failed-cas={row.failed_cas} cpu(clients)={row.client_cpu:.2f}s "
+        f"failed-cas={row.failed_cas} unanswered={row.unanswered} "
+        f"cpu(clients)={row.client_cpu:.2f}s "
         f"cpu(server)={row.server_cpu:.2f}s cpu/node={row.cpu_per_node * 1000:.2f}ms "
         f"load={row.load:.1f}{server}{err}"
     )

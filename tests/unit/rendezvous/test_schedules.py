@@ -1,7 +1,9 @@
 """Randomized schedules: many nodes running ``decide`` against the etcd model (which interprets
 the transactions production sends, ``rendezvous/transactions.py``), interleaved with
 joins, crashes at any point, restarts, late joiners, re-rendezvous, clock jumps, closes and etcd
-wipes. The invariants are checked after every single step; the run prints how many schedules
+wipes, and re-sent transactions: a transaction etcd applied whose answer the node never got
+(its request deadline passed) is sent again by the node's retry, and sometimes the abandoned copy
+is applied late, after the retry (it was still queued in etcd). The invariants are checked after every single step; the run prints how many schedules
 and steps it checked. A failure names its seed: rerun with ``SEED=<n>``.
 """
 
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from elasticjob_agent.rendezvous.state import Context, Kind, Snapshot, decide
@@ -17,6 +20,10 @@ from tests.unit.rendezvous.model import ModelEtcd, context
 
 SCHEDULES = int(os.environ.get("SCHEDULES", "1500"))
 STEPS = 80
+RESENT = 0.15
+"""Share of transactions applied, unanswered, and sent again by the node's retry."""
+LATE = 0.3
+"""Share of those whose abandoned copy etcd applies once more, a few events later."""
 
 
 @dataclass
@@ -47,6 +54,24 @@ class Schedule:
         self.finished = 0
         # (epoch, round) -> (world_size, {rank: node id})
         self.groups: dict[tuple[int, int], tuple[int, dict[int, str]]] = {}
+        # Its own stream: the schedules' events stay those of the seed without re-sends.
+        self.resend_rng = random.Random(seed + 1_000_003)
+        self.late: list[Callable[[], object]] = []
+        """Abandoned copies of applied transactions that etcd will apply once more."""
+
+    def send(self, apply: Callable[[], object]) -> None:
+        """A node's transaction (``apply`` runs it on the model), with its possible re-sends:
+        the first copy applied but unanswered, then the retry (what the node sees); or a copy
+        left in etcd's queue that lands later."""
+        if self.resend_rng.random() < RESENT:
+            apply()  # applied; the answer is lost; the executor retries the same step
+            if self.resend_rng.random() < LATE:
+                self.late.append(apply)
+        apply()
+
+    def land_late(self) -> None:
+        if self.late and self.resend_rng.random() < 0.3:
+            self.late.pop(self.resend_rng.randrange(len(self.late)))()
 
     # --- events ----------------------------------------------------------------------------
 
@@ -81,7 +106,8 @@ class Schedule:
         if node.snap is None:
             if node.member_of is None:
                 # A fresh process joins round 0 blindly; a member re-rendezvousing reads first.
-                self.etcd.join_blindly(node.id, node.lease, 0)
+                lease = node.lease
+                self.send(lambda: self.etcd.join_blindly(node.id, lease, 0))
             node.snap, node.epoch = self.etcd.snapshot(node.id, node.lease, self.max), self.epoch
             return
         snap, ctx = node.snap, node.ctx
@@ -103,7 +129,8 @@ class Schedule:
             if self.etcd.ctl_changed_since(snap.revision) or self.rng.random() < 0.1:
                 node.snap = None  # woken by the watch (or the fallback re-check)
         else:
-            self.etcd.act(node.id, node.lease, snap, action)
+            lease = node.lease
+            self.send(lambda: self.etcd.act(node.id, lease, snap, action))
             node.snap, node.epoch = self.etcd.snapshot(node.id, node.lease, self.max), self.epoch
 
     # --- invariants ------------------------------------------------------------------------
@@ -149,6 +176,7 @@ class Schedule:
 
     def random_event(self) -> None:
         rng = self.rng
+        self.land_late()
         active = [n for n in self.nodes if n.alive and n.ctx is not None]
         idle = [n for n in self.nodes if n.alive and n.ctx is None and not n.failures]
         roll = rng.random()

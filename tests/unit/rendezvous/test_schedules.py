@@ -1,10 +1,11 @@
 """Randomized schedules: many nodes running ``decide`` against the etcd model (which interprets
-the transactions production sends, ``rendezvous/transactions.py``), interleaved with
-joins, crashes at any point, restarts, late joiners, re-rendezvous, clock jumps, closes and etcd
-wipes, and re-sent transactions: a transaction etcd applied whose answer the node never got
-(its request deadline passed) is sent again by the node's retry, and sometimes the abandoned copy
-is applied late, after the retry (it was still queued in etcd). The invariants are checked after every single step; the run prints how many schedules
-and steps it checked. A failure names its seed: rerun with ``SEED=<n>``.
+the transactions production sends, ``rendezvous/transactions.py``), interleaved with joins,
+crashes at any point, restarts, late joiners, re-rendezvous, clock jumps, closes and etcd wipes,
+and re-sent transactions: a transaction etcd applied whose answer the node never got (its request
+deadline passed) is sent again by the node's retry, and sometimes the abandoned copy is applied
+late, after the retry (it was still queued in etcd). The invariants are checked after every
+single step; the run prints how many schedules and steps it checked. A failure names its seed:
+rerun with ``SEED=<n>``.
 """
 
 from __future__ import annotations

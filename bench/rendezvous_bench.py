@@ -148,6 +148,8 @@ class Case:
     """etcd's plain-HTTP ``/metrics`` address (``host:port``)."""
     request_timeout: float | None = None
     """ours: the deadline of one etcd request; ``None``: the agent's (``request_timeout_for``)."""
+    etcd_profile: float = 0.0
+    """With ``profile_dir``: seconds of etcd's CPU profile from the start signal (0: none)."""
 
     def endpoints(self) -> Any:
         if self.tls_dir is None:
@@ -606,6 +608,8 @@ class Etcd:
                 f"--initial-cluster=default={peer_url}",
                 "--log-level=error",
                 f"--listen-metrics-urls=http://127.0.0.1:{self.metrics_port}",
+                # Go's /debug/pprof on the client URL: `--etcd-profile` reads etcd's CPU profile.
+                "--enable-pprof",
                 *tls_args,
             ],
             stdout=subprocess.DEVNULL,
@@ -736,6 +740,26 @@ def _recv(conn: Connection, deadline: float) -> Any:
     return conn.recv()
 
 
+def _profile_etcd(case: Case) -> threading.Thread | None:
+    """With ``--profile DIR --etcd-profile S``: etcd's CPU profile of the S seconds from the
+    start signal, into ``DIR/<run id>-etcd.pprof`` (``go tool pprof -top`` reads it)."""
+    if not (case.profile_dir and case.etcd_profile and case.tls_dir is None):
+        return None
+    url = f"http://{case.endpoint}/debug/pprof/profile?seconds={case.etcd_profile:g}"
+    target = Path(case.profile_dir) / f"{case.run_id}-etcd.pprof"
+
+    def fetch() -> None:
+        try:
+            with urllib.request.urlopen(url, timeout=case.etcd_profile + 30) as response:
+                target.write_bytes(response.read())
+        except OSError as exc:
+            print(f"etcd profile not written: {exc}", file=sys.stderr)
+
+    thread = threading.Thread(target=fetch, name="etcd-pprof", daemon=True)
+    thread.start()
+    return thread
+
+
 def run_case(case: Case, pool: list[tuple[Any, Connection]], start: Any, etcd_pid: int) -> Row:
     master = None
     if case.candidate == "torch-c10d":
@@ -760,6 +784,7 @@ def run_case(case: Case, pool: list[tuple[Any, Connection]], start: Any, etcd_pi
     on_etcd = case.candidate != "torch-c10d"
     counters_before = etcd_counters(case.metrics) if on_etcd else {}
     server_before = etcd_cpu(etcd_pid) if on_etcd else _cpu()
+    profiling = _profile_etcd(case) if on_etcd else None
     t0 = time.time()
     start.set()
     deadline = time.monotonic() + case.timeout + ETCD_TIMEOUT + HANG_MARGIN
@@ -777,6 +802,8 @@ def run_case(case: Case, pool: list[tuple[Any, Connection]], start: Any, etcd_pi
             f"its tasks to stderr); etcd holds:\n{state}"
         ) from None
     server_cpu = (etcd_cpu(etcd_pid) if on_etcd else _cpu()) - server_before
+    if profiling is not None:
+        profiling.join(case.etcd_profile + 30)
     counters_after = etcd_counters(case.metrics) if on_etcd else {}
     for conn, _ in active:
         conn.send("cleanup")
@@ -855,6 +882,13 @@ def main() -> int:
         "after a hung run, each reported with the state it stuck in; exit 3 if any hung",
     )
     parser.add_argument(
+        "--etcd-profile",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="with --profile: etcd's CPU profile (Go pprof) of SECONDS from each start signal",
+    )
+    parser.add_argument(
         "--profile", metavar="DIR", help="ours: a cProfile per worker process and case in DIR"
     )
     parser.add_argument(
@@ -921,6 +955,7 @@ def main() -> int:
                         server.tls_dir,
                         server.metrics,
                         request_timeout=args.request_timeout,
+                        etcd_profile=args.etcd_profile,
                     )
                     # Fresh worker processes for every case: grpc's asyncio layer is bound
                     # to one event loop per process, and a case must not inherit the last

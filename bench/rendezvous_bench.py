@@ -73,11 +73,12 @@ import threading
 import time
 import urllib.request
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from elasticjob_agent.etcd.client import EtcdClient
 from elasticjob_agent.etcd.endpoints import TlsFiles, parse_endpoints
@@ -204,6 +205,31 @@ class NodeResult:
 # --- worker side -------------------------------------------------------------------------
 
 
+T = TypeVar("T")
+
+
+class RetryingStore:
+    """The round's store as the agent calls it: ``EtcdStore`` runs every call through
+    ``retry_until`` until the store's timeout, so a request that missed its deadline is sent
+    again (with the client's longer deadline) instead of failing the role exchange."""
+
+    def __init__(self, store: AsyncEtcdStore) -> None:
+        self._store = store
+
+    async def _retry(self, op: Callable[[], Awaitable[T]]) -> T:
+        deadline = time.monotonic() + self._store.timeout
+        return await retry_until(op, deadline=deadline, what="bench store")
+
+    async def set(self, key: str, value: bytes) -> None:
+        await self._retry(lambda: self._store.set(key, value))
+
+    async def multi_get(self, keys: list[str]) -> list[bytes]:
+        return await self._retry(lambda: self._store.multi_get(keys))
+
+    async def set_then_get(self, set_key: str, value: bytes, get_key: str) -> bytes:
+        return await self._retry(lambda: self._store.set_then_get(set_key, value, get_key))
+
+
 def _environment(run_id: str, outcome: Outcome, assignment: RankAssignment) -> dict[str, str]:
     """Local rank 0's worker environment, as the agent builds it."""
     ctx = GroupContext(
@@ -312,11 +338,13 @@ def _ours(case: Case, nodes: list[str], ready: Connection, start: Any) -> list[N
             if outcome.master_addr != "127.0.0.1":
                 raise RuntimeError(f"unexpected master {outcome.master_addr}")
             if case.path == "agent":
-                store = AsyncEtcdStore(
-                    ex.client,
-                    keys.store_prefix(outcome.round),
-                    timeout=case.timeout,
-                    recheck_interval=5.0,
+                store = RetryingStore(
+                    AsyncEtcdStore(
+                        ex.client,
+                        keys.store_prefix(outcome.round),
+                        timeout=case.timeout,
+                        recheck_interval=5.0,
+                    )
                 )
                 if outcome.rank == 0:  # what EtcdRendezvousHandler does for tools
                     stages[i] = "rank 0 master keys"

@@ -59,6 +59,7 @@ import asyncio
 import contextlib
 import cProfile
 import faulthandler
+import gc
 import itertools
 import multiprocessing as mp
 import os
@@ -151,6 +152,9 @@ class Case:
     """ours: the deadline of one etcd request; ``None``: the agent's (``request_timeout_for``)."""
     etcd_profile: float = 0.0
     """With ``profile_dir``: seconds of etcd's CPU profile from the start signal (0: none)."""
+    freeze_setup: bool = False
+    """ours: exempt the set-up's objects (N / workers clients per process) from Python's
+    cyclic GC before the start signal, as in an agent, whose process holds one client."""
 
     def endpoints(self) -> Any:
         if self.tls_dir is None:
@@ -316,6 +320,9 @@ def _ours(case: Case, nodes: list[str], ready: Connection, start: Any) -> list[N
         ]
         before = [c.requests for c in clients]
         silent_before = [c.unanswered for c in clients]
+        if case.freeze_setup:
+            gc.collect()
+            gc.freeze()
         ready.send("ready")
         await asyncio.get_running_loop().run_in_executor(None, _wait_start, start)
 
@@ -910,6 +917,12 @@ def main() -> int:
         "after a hung run, each reported with the state it stuck in; exit 3 if any hung",
     )
     parser.add_argument(
+        "--freeze-setup",
+        action="store_true",
+        help="ours: exempt each worker's set-up (its N/workers clients) from Python's cyclic GC "
+        "before the start signal: an agent's process holds one client, not N/workers",
+    )
+    parser.add_argument(
         "--etcd-profile",
         type=float,
         default=0.0,
@@ -984,6 +997,7 @@ def main() -> int:
                         server.metrics,
                         request_timeout=args.request_timeout,
                         etcd_profile=args.etcd_profile,
+                        freeze_setup=args.freeze_setup,
                     )
                     # Fresh worker processes for every case: grpc's asyncio layer is bound
                     # to one event loop per process, and a case must not inherit the last

@@ -20,7 +20,12 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from elasticjob_agent.etcd.client import EtcdClient, LeaseNotFoundError, Reachability
+from elasticjob_agent.etcd.client import (
+    EtcdClient,
+    LeaseNotFoundError,
+    Reachability,
+    caller_budget,
+)
 from elasticjob_agent.etcd.endpoints import Endpoint
 from elasticjob_agent.rendezvous.errors import RendezvousConnectionError
 
@@ -70,7 +75,10 @@ class LeaseKeeper:
             if lease is None:
                 continue
             try:
-                await self._client.keepalive(lease)
+                # An answer after the TTL renews nothing: a keep-alive waits at most that long
+                # (or the client's base deadline), however long etcd's slowness made the others.
+                with caller_budget(self.ttl):
+                    await self._client.keepalive(lease)
                 self.refreshes += 1
                 failing = False
             except LeaseNotFoundError:

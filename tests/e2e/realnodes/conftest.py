@@ -217,8 +217,20 @@ def wait_job(
         raise AssertionError(f"{exc}\npods:\n{listing}{logs}") from None
 
 
+def get_job(cluster: LocalCluster, ns: str, name: str) -> dict[str, Any]:
+    return dict(cluster.get_json("ej", name, "-n", ns))
+
+
 def phase(job: dict[str, Any]) -> str:
     return str((job.get("status") or {}).get("phase", ""))
+
+
+def condition(job: dict[str, Any], type_: str) -> dict[str, Any]:
+    """The job's condition of ``type_``, or ``{}``."""
+    for cond in (job.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == type_:
+            return dict(cond)
+    return {}
 
 
 def ready_nodes(job: dict[str, Any]) -> int:
@@ -276,6 +288,28 @@ def job_events(cluster: LocalCluster, ns: str, name: str, reason: str) -> list[s
     )["items"]
     items.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
     return [str(e.get("message", "")) for e in items]
+
+
+def operator_metrics(cluster: LocalCluster, release: Release) -> str:
+    """The operator pod's Prometheus text, read inside its container (its metrics port is not
+    the host's to reach on real nodes)."""
+    items = cluster.get_json(
+        "pods", "-n", release.system, "-l", "app.kubernetes.io/name=elasticjob-operator"
+    )["items"]
+    (pod,) = [p for p in items if not p["metadata"].get("deletionTimestamp")]
+    port = next(
+        p["containerPort"]
+        for p in pod["spec"]["containers"][0].get("ports") or []
+        if p.get("name") == "metrics"
+    )
+    read = (
+        "import urllib.request\n"
+        f"with urllib.request.urlopen('http://127.0.0.1:{port}/metrics', timeout=10) as r:\n"
+        "    print(r.read().decode())\n"
+    )
+    return cluster.exec_in_pod(
+        release.system, pod["metadata"]["name"], ["python", "-c", read], check=True
+    ).stdout
 
 
 def termination_message(cluster: LocalCluster, ns: str, pod: str) -> str:

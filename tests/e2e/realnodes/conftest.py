@@ -270,6 +270,35 @@ def diagnostics(cluster: LocalCluster, ns: str, name: str) -> str:
     return f"events:\n{events}{logs}"
 
 
+def expect_counts(
+    cluster: LocalCluster, ns: str, job: dict[str, Any], expected: dict[str, int]
+) -> None:
+    """Fail, with the job's status, Events and every agent's log, unless the job's restarts by
+    reason are exactly ``expected`` (pytest would truncate an assertion message that long)."""
+    if by_reason(job) == expected:
+        return
+    name = job["metadata"]["name"]
+    logs = "".join(
+        f"\n--- {p['metadata']['name']} (agent lines):\n"
+        + "\n".join(
+            line
+            for line in cluster.pod_logs(ns, p["metadata"]["name"]).splitlines()
+            if "elasticjob-agent" in line
+        )
+        for p in pods(cluster, ns)
+    )
+    events = cluster.kubectl(
+        "get", "events", "-n", ns, "--sort-by=.lastTimestamp",
+        "-o", "custom-columns=AT:.lastTimestamp,OBJECT:.involvedObject.name,REASON:.reason,"
+        "MESSAGE:.message", check=False,
+    ).stdout  # fmt: skip
+    pytest.fail(
+        f"{ns}/{name}: restarts {by_reason(job)}, expected {expected}\n"
+        f"status: {json.dumps(job.get('status'), indent=1)}\nevents:\n{events}{logs}",
+        pytrace=False,
+    )
+
+
 def wait_checkpoint(cluster: LocalCluster, ns: str, step: int = 10) -> None:
     """Until rank 0 (on whichever pod) wrote a checkpoint at ``step`` or later."""
     pattern = re.compile(r"checkpoint step=(\d+)")

@@ -18,9 +18,9 @@ from elasticjob_localcluster import LocalCluster
 from tests.e2e.realnodes.conftest import (
     Release,
     apply_job,
-    by_reason,
     condition,
     diagnostics,
+    expect_counts,
     get_job,
     job_events,
     job_manifest,
@@ -109,7 +109,7 @@ def _outage_recovered_once(
     job = wait_job(cluster, ns, name, "Succeeded", lambda j: phase(j) == "Succeeded")
     # Counted once, by the operator; the agents' workers kept training through the outage and
     # their group restart on the new etcd is that same outage, not a failure nor a membership.
-    assert by_reason(job) == {"etcd-recovered": 1}, (by_reason(job), diagnostics(cluster, ns, name))
+    expect_counts(cluster, ns, job, {"etcd-recovered": 1})
     assert job["status"]["restarts"]["failures"] == 0, job["status"]["restarts"]
     recreated = job_events(cluster, ns, name, "EtcdRecreated")
     assert len(recreated) == 1 and "generation 0 lost; creating generation 1" in recreated[0], (

@@ -16,6 +16,7 @@ from tests.e2e.realnodes.conftest import (
     by_reason,
     condition,
     diagnostics,
+    expect_counts,
     job_events,
     job_manifest,
     phase,
@@ -55,7 +56,7 @@ def test_scale_up_and_down_on_real_nodes_is_one_membership_and_one_preemption(
 
     cluster.kubectl("scale", "ej/scaling", "-n", work, "--replicas=3")
     job = wait_job(cluster, work, "scaling", "Running on 3", lambda j: _world(j) == (3, 3, 3))
-    assert by_reason(job) == {"membership": 1}, (by_reason(job), diagnostics(cluster, work, "x"))
+    expect_counts(cluster, work, job, {"membership": 1})
     assert _live(cluster, work) == [f"scaling-worker-{i}-0" for i in range(3)]
 
     cluster.kubectl("scale", "ej/scaling", "-n", work, "--replicas=2")
@@ -79,11 +80,7 @@ def test_scale_up_and_down_on_real_nodes_is_one_membership_and_one_preemption(
     job = wait_job(cluster, work, "scaling", "Succeeded", lambda j: phase(j) == "Succeeded")
     # Scaling spends no budget: the joining node is one membership restart, the deleted pod's
     # agent counts one preemption as it leaves (its peers' restart is that same round).
-    reasons = by_reason(job)
-    assert reasons == {"membership": 1, "preemption": 1}, (
-        reasons,
-        diagnostics(cluster, work, "scaling"),
-    )
+    expect_counts(cluster, work, job, {"membership": 1, "preemption": 1})
     assert job["status"]["restarts"]["failures"] == 0, job["status"]["restarts"]
     restarted = job_events(cluster, work, "scaling", "Restarted")
     assert len(restarted) == 2, restarted
@@ -106,7 +103,7 @@ def test_budget_spent_on_real_nodes_fails_the_job_with_max_restarts_exceeded(
     assert job["status"]["reason"] == "MaxRestartsExceeded", job["status"]
     assert condition(job, "Failed")["status"] == "True", job["status"]
     # maxRestarts 1: the first failure was restarted, the second spent the budget.
-    assert by_reason(job) == {"failure": 2}, (by_reason(job), diagnostics(cluster, work, "doomed"))
+    expect_counts(cluster, work, job, {"failure": 2})
     assert job["status"]["restarts"]["failures"] == 2, job["status"]["restarts"]
     assert len(job_events(cluster, work, "doomed", "Restarted")) == 2, diagnostics(
         cluster, work, "doomed"

@@ -40,7 +40,8 @@ class EtcdRendezvousHandler(RendezvousHandler):
     All methods are synchronous and thread-safe; the etcd work runs on a private event loop.
     Besides torch's interface: ``round`` (the last completed round), ``etcd_status()``,
     ``leave()`` (on SIGTERM), ``members_alive()`` (False once a member of the current round
-    is gone: re-rendezvous) and ``round_state_lost()`` (etcd lost the round: re-rendezvous).
+    is gone: re-rendezvous), ``holds_membership()`` (our own key is still there: False means our
+    lease lapsed) and ``round_state_lost()`` (etcd lost the round: re-rendezvous).
     """
 
     def __init__(
@@ -192,6 +193,21 @@ class EtcdRendezvousHandler(RendezvousHandler):
             return int(response.count) >= outcome.world_size
 
         return self._session.run(self._executor.call(alive))
+
+    def holds_membership(self) -> bool:
+        """True while this node's own joined key of its last completed round exists. False
+        while this agent is alive means its lease lapsed (etcd too slow to see a keep-alive in
+        time), not that a member died."""
+        outcome = self._outcome
+        if outcome is None:
+            return True
+        key = self._keys.joined(outcome.round, self.config.node_id)
+
+        async def held() -> bool:
+            response = await self._session.client.range(key, count_only=True)
+            return int(response.count) > 0
+
+        return self._session.run(self._executor.call(held))
 
     def round_state_lost(self) -> bool:
         """True when etcd no longer knows our last completed round: it lost its data (the

@@ -46,6 +46,10 @@ class AgentRestartCounter:
         self._counts = self._counts.plus(reason)
         return Recorded(True, reason, self._counts)
 
+    def counted(self, round_: int) -> RestartReason | None:
+        """Agents share no counts here: no peer ever counted a restart for us."""
+        return None
+
     def mark_budget_spent(self, counts: RestartCounts, max_restarts: int) -> None:
         payload = encode_close_reason(counts.by_reason, self._node, max_restarts, time.time())
         try:

@@ -154,6 +154,17 @@ class JobRestartCounter:
                 return result
             # Lost a race with another agent: read again.
 
+    def counted(self, round_: int) -> RestartReason | None:
+        """The reason the restart that tore down ``round_`` was counted under, if any agent
+        counted it yet."""
+        key = self._keys.restart_event(round_)
+
+        async def winner() -> RestartReason | None:
+            got = await self._session.client.get(key.encode())
+            return None if got is None else decode_event_reason(key, bytes(got.value))
+
+        return self._run(winner)
+
     def mark_budget_spent(self, counts: RestartCounts, max_restarts: int) -> None:
         """Say why the rendezvous is being closed, so every agent exits with the same code."""
         payload = encode_close_reason(counts.by_reason, self._node, max_restarts, time.time())

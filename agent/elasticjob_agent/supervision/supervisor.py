@@ -57,6 +57,10 @@ _MASTER_KEY = "elasticjob/master"
 _EXIT_KEY = "elasticjob/exit/{}"
 _EXIT_BARRIER_TIMEOUT = 300.0
 _MEMBERSHIP_CHECK_EVERY = 0.2
+_PEER_COUNT_GRACE = 3.0
+"""How long an agent that sees a member vanish waits for that member to count the restart
+itself (its lease lapsed while it ran) before counting a ``failure``: a few membership checks of
+a slow peer."""
 
 
 class Handler(Protocol):
@@ -74,6 +78,7 @@ class Counter(Protocol):
     def record(
         self, round_: int, reason: RestartReason, patience: float | None = None
     ) -> Recorded: ...
+    def counted(self, round_: int) -> RestartReason | None: ...
     def mark_budget_spent(self, counts: RestartCounts, max_restarts: int) -> None: ...
     def close_reason(self) -> str | None: ...
 
@@ -454,12 +459,50 @@ class Supervisor:
         if not members_ok:
             if self._round_state_lost():
                 return RestartReason.ETCD_RECOVERED
+            if self._own_lease_lapsed():
+                return RestartReason.MEMBERSHIP
             self._events.warning("member_lost")
+            self._await_peer_count()
             return RestartReason.FAILURE
         if waiting > 0:
             self._events.info("nodes_waiting", waiting=waiting)
             return RestartReason.MEMBERSHIP
         return None
+
+    def _own_lease_lapsed(self) -> bool:
+        """Our own joined key is gone while we run: etcd saw no keep-alive of ours within the
+        lease TTL (it or this agent was starved), so nobody failed. The group re-forms (the
+        others saw us vanish), and the restart is a free ``membership`` one."""
+        held = getattr(self._handler, "holds_membership", None)
+        if held is None:
+            return False
+        try:
+            lapsed = not bool(held())
+        except RendezvousError as exc:
+            logger.debug("membership check failed: %s", exc)
+            return False
+        if lapsed:
+            self._events.warning(
+                "lease_lapsed", detail="etcd dropped this node's keys while it ran (lease TTL)"
+            )
+        return lapsed
+
+    def _await_peer_count(self) -> None:
+        """A member's key is gone: it died, or its lease lapsed while it ran. A live one counts
+        the restart itself (``membership``, see ``_own_lease_lapsed``) when it notices; give it
+        ``_PEER_COUNT_GRACE`` seconds to be first before counting a ``failure``. A dead member
+        counts nothing, so this costs a lost node that grace, once."""
+        deadline = time.monotonic() + _PEER_COUNT_GRACE
+        while time.monotonic() < deadline:
+            try:
+                if self._counter.counted(self._round) is not None:
+                    return
+            except (RendezvousConnectionError, EtcdRequestError, RestartStateError) as exc:
+                logger.debug("could not read the round's restart record: %s", exc)
+                return
+            self._status.beat()
+            if self._stop_signal.wait(0.1):
+                self._preempted()
 
     def _round_state_lost(self) -> bool:
         """etcd no longer holds our completed round (it was recreated or restored empty): the

@@ -191,6 +191,32 @@ def job_counts(endpoint: str, run_id: str) -> dict[str, int]:
         return dict(counter.read().by_reason)
 
 
+def expire_lease_of(endpoint: str, run_id: str, node: str) -> None:
+    """Do to ``node`` what etcd does when it sees no keep-alive within the TTL (a starved etcd
+    or agent): revoke the lease that holds its joined key in the current round."""
+    import asyncio  # noqa: PLC0415
+
+    from elasticjob_agent.etcd.client import EtcdClient  # noqa: PLC0415
+    from elasticjob_agent.etcd.endpoints import parse_endpoints  # noqa: PLC0415
+    from elasticjob_agent.protocol.keys import JobKeys  # noqa: PLC0415
+    from elasticjob_agent.rendezvous.wire import RendezvousKeys  # noqa: PLC0415
+
+    keys = RendezvousKeys.of(JobKeys("/elasticjob", run_id))
+
+    async def expire() -> None:
+        client = EtcdClient(parse_endpoints(endpoint), request_timeout=5.0)
+        try:
+            pointer = await client.get(keys.round)  # absent until the first bump: round 0
+            p = 0 if pointer is None else int(json.loads(bytes(pointer.value))["round"])
+            joined = await client.get(keys.joined(p, node))
+            assert joined is not None and joined.lease, f"{node} holds no key in round {p}"
+            await client.revoke(int(joined.lease))
+        finally:
+            await client.close()
+
+    asyncio.run(expire())
+
+
 def close_reason(endpoint: str, run_id: str) -> str | None:
     with _counter(endpoint, run_id) as counter:
         reason: str | None = counter.close_reason()

@@ -16,7 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_harness import TRAIN, Agent, job_counts, pid_alive, rdzv_flags, wait_for
+from agent_harness import (
+    TRAIN,
+    Agent,
+    expire_lease_of,
+    job_counts,
+    pid_alive,
+    rdzv_flags,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
@@ -27,13 +35,13 @@ _STEPS = "100000"
 
 
 def _three_agents(
-    ep: str, spawn_agent: Spawn, tmp_path: Path, *extra: str
+    ep: str, spawn_agent: Spawn, tmp_path: Path, *extra: str, nnodes: str = "2:3"
 ) -> tuple[str, list[Agent], dict[str, int]]:
     """Three agents training together, and the job's counts at that point: empty, or one
     ``membership`` restart when a loaded machine started the third agent after the first two
     had formed a round (it then waits and is admitted; elastic, and free)."""
     run_id = f"t-{uuid.uuid4().hex[:10]}"
-    flags = [*rdzv_flags(ep, run_id, "2:3"), "--nproc-per-node", "1", "--max-restarts", "3"]
+    flags = [*rdzv_flags(ep, run_id, nnodes), "--nproc-per-node", "1", "--max-restarts", "3"]
     flags += extra
     train = [
         str(TRAIN),
@@ -57,10 +65,10 @@ def _minus(counts: dict[str, int], baseline: dict[str, int]) -> dict[str, int]:
     return {k: v - baseline.get(k, 0) for k, v in counts.items() if v - baseline.get(k, 0)}
 
 
-def _settled(survivors: list[Agent], ep: str, run_id: str) -> dict[str, int]:
+def _settled(survivors: list[Agent], ep: str, run_id: str, world_size: int = 2) -> dict[str, int]:
     """Wait until the survivors train together again, then a while longer for late counts."""
     for agent in survivors:
-        agent.wait_running(world_size=2, timeout=240)
+        agent.wait_running(world_size=world_size, timeout=240)
     rounds = {agent.name: agent.status()["round"] for agent in survivors}  # type: ignore[index]
     time.sleep(8)
     for agent in survivors:
@@ -102,3 +110,21 @@ def test_lost_node_counts_one_restart(
     detail = "\n".join(_stopped(a.log()) + _stopped(b.log()))
     assert sum(counts.values()) == 1, f"{counts}\n{detail}"
     assert set(counts) <= {"failure", "membership"}, f"{counts}\n{detail}"
+
+
+def test_a_member_whose_lease_lapsed_while_it_trained_is_one_free_membership_restart(
+    etcd_server_session: Any, spawn_agent: Spawn, tmp_path: Path
+) -> None:
+    """etcd dropped a live node's keys (it saw no keep-alive within the TTL: a starved etcd or
+    agent). Nobody failed: the node counts the restart itself as ``membership``, the others wait
+    for it instead of counting a ``failure``, and all three train on together."""
+    ep = etcd_server_session.endpoint
+    # 3:3: the other two cannot re-form without c, so its slower re-join adds no restart.
+    run_id, (a, b, c), baseline = _three_agents(ep, spawn_agent, tmp_path, nnodes="3:3")
+
+    expire_lease_of(ep, run_id, "c")
+    wait_for(lambda: job_counts(ep, run_id) != baseline, 60, "the restart to be counted")
+    counts = _minus(_settled([a, b, c], ep, run_id, world_size=3), baseline)
+    detail = "\n".join(_stopped(a.log()) + _stopped(b.log()) + _stopped(c.log()))
+    assert counts == {"membership": 1}, f"{counts}\n{detail}"
+    assert "event=lease_lapsed" in c.log(), c.log()[-3000:]

@@ -13,7 +13,12 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from elasticjob_agent.protocol.failure import WorkerFailure, from_termination_message
+from elasticjob_agent.protocol.failure import (
+    FinalCounts,
+    WorkerFailure,
+    counts_from_termination_message,
+    from_termination_message,
+)
 from elasticjob_agent.protocol.health import HealthReport
 
 from . import names
@@ -126,6 +131,9 @@ class PodView:
     """The root cause its agent left in the main container's termination message, once that
     container terminated (the kubelet keeps it after the agent, and its health report, are
     gone)."""
+    final_counts: FinalCounts | None = None
+    """The job-wide restart counts its agent left in the termination message as it exited on
+    the spent budget (the count that spent it, which no health poll may have seen)."""
     start_failure: StartFailure | None = None
     """Why the kubelet cannot start one of its containers (``None`` while nothing blocks it)."""
 
@@ -206,6 +214,7 @@ def pod_view(pod: Mapping[str, Any]) -> PodView | None:
         ready=ready and phase is PodPhase.RUNNING,
         gated=admission_gated(spec),
         last_failure=None if message is None else from_termination_message(message),
+        final_counts=None if message is None else counts_from_termination_message(message),
         start_failure=start_failure(
             status, pod=name, slot="etcd" if role == names.ROLE_ETCD else f"worker-{index}"
         ),

@@ -308,8 +308,13 @@ _HAS_ROOT_CAUSE = frozenset(
 
 def _merge_reports(draft: _Draft, observed: Observed) -> None:
     before = draft.status.restarts
-    merged = restarts.merge_reports(before, observed.reports.values(), draft.status.run_id)
     current = _current_workers(observed.workers, draft.status.attempts)
+    merged = restarts.merge_reports(
+        before,
+        observed.reports.values(),
+        draft.status.run_id,
+        [p.final_counts for p in current.values() if p.final_counts is not None],
+    )
     failure = root_cause.newest_failure(
         observed.reports,
         draft.status.run_id,

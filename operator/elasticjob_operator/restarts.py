@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from elasticjob_agent.protocol.failure import FinalCounts
 from elasticjob_agent.protocol.health import HealthReport
 from elasticjob_agent.protocol.restarts import (
     AGENT_COUNTED,
@@ -50,14 +51,20 @@ __all__ = [
 
 
 def merge_reports(
-    counts: Mapping[str, int], reports: Iterable[HealthReport], run_id: str
+    counts: Mapping[str, int],
+    reports: Iterable[HealthReport],
+    run_id: str,
+    final: Iterable[FinalCounts] = (),
 ) -> dict[str, int]:
-    """``counts`` raised to the highest count any report of ``run_id`` gives per agent reason."""
+    """``counts`` raised to the highest count any report of ``run_id``, or any final count an
+    exited agent of ``run_id`` left (``final``), gives per agent reason."""
     merged = dict(counts)
-    for report in reports:
-        if report.run_id != run_id:
+    seen = [(r.run_id, r.restarts_by_reason) for r in reports]
+    seen += [(f.run_id, f.by_reason) for f in final]
+    for seen_run, by_reason in seen:
+        if seen_run != run_id:
             continue
-        for reason, value in report.restarts_by_reason.items():
+        for reason, value in by_reason.items():
             if reason in AGENT_COUNTED and value > merged.get(reason, 0):
                 merged[reason] = value
     return merged

@@ -191,13 +191,70 @@ def _str(data: Mapping[str, Any], key: str, limit: int) -> str | None:
     return value
 
 
-def termination_message(failure: WorkerFailure) -> bytes:
-    """What the container's termination message file gets: the summary line, then the record
-    as JSON, within ``MAX_TERMINATION_MESSAGE`` bytes (the JSON is dropped if it does not fit)."""
-    summary = failure.summary().encode("utf-8", errors="replace")[: MAX_TERMINATION_MESSAGE - 1]
-    record = json.dumps({"lastFailure": failure.to_json()}, sort_keys=True).encode()
-    whole = summary + b"\n" + record + b"\n"
-    return whole if len(whole) <= MAX_TERMINATION_MESSAGE else summary + b"\n"
+MAX_REASONS = 16
+"""Restart reasons a termination message may carry at most (the agent knows fewer)."""
+
+
+@dataclass(frozen=True)
+class FinalCounts:
+    """The job-wide restart counts an agent saw as it exited on the spent budget: the count
+    that spent it reaches the operator even when the agent exits before its next health poll.
+    Untrusted like a health report (``from_json`` is strict)."""
+
+    run_id: str
+    by_reason: Mapping[str, int]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"runId": self.run_id, "byReason": dict(sorted(self.by_reason.items()))}
+
+    @classmethod
+    def from_json(cls, data: Any) -> FinalCounts:
+        if not isinstance(data, Mapping):
+            raise FailureRecordError("field 'restarts' must be an object")
+        run_id = data.get("runId")
+        if not isinstance(run_id, str) or not run_id or len(run_id) > MAX_NAME:
+            raise FailureRecordError(f"field 'restarts.runId' must be a string of 1-{MAX_NAME}")
+        by_reason = data.get("byReason")
+        if not isinstance(by_reason, Mapping) or len(by_reason) > MAX_REASONS:
+            raise FailureRecordError(
+                f"field 'restarts.byReason' must be an object of at most {MAX_REASONS} keys"
+            )
+        counts: dict[str, int] = {}
+        for reason, value in by_reason.items():
+            if not isinstance(reason, str) or not reason or len(reason) > MAX_TYPE:
+                raise FailureRecordError("a key of 'restarts.byReason' is not a reason name")
+            if type(value) is not int or not 0 <= value <= MAX_INT:
+                raise FailureRecordError(f"field 'restarts.byReason.{reason}' is not a count")
+            counts[reason] = value
+        return cls(run_id, counts)
+
+
+def termination_message(failure: WorkerFailure | None, counts: FinalCounts | None = None) -> bytes:
+    """What the container's termination message file gets: the failure's summary line, then its
+    record as JSON, then (on the spent budget's exit) the final counts as JSON, within
+    ``MAX_TERMINATION_MESSAGE`` bytes (the record's JSON is dropped first if it does not fit).
+    Without a failure of this node's own: a line saying so, then the counts."""
+    text = "restart budget spent" if failure is None else failure.summary()
+    summary = text.encode("utf-8", errors="replace")[: MAX_TERMINATION_MESSAGE - 1] + b"\n"
+    record = b""
+    if failure is not None:
+        record = json.dumps({"lastFailure": failure.to_json()}, sort_keys=True).encode() + b"\n"
+    tail = b""
+    if counts is not None:
+        tail = json.dumps({"restarts": counts.to_json()}, sort_keys=True).encode() + b"\n"
+    for whole in (summary + record + tail, summary + tail):
+        if len(whole) <= MAX_TERMINATION_MESSAGE:
+            return whole
+    return summary
+
+
+def _json_line(text: str, key: str) -> Any:
+    """The value under ``key`` of the termination message's JSON line that holds it, or
+    ``None``; raises ValueError (or RecursionError) for a line that is not valid JSON."""
+    for line in text.splitlines()[1:]:
+        if line.startswith('{"' + key + '"'):
+            return json.loads(line, parse_constant=_reject_constant).get(key)
+    return None
 
 
 def from_termination_message(text: str) -> WorkerFailure | None:
@@ -206,15 +263,23 @@ def from_termination_message(text: str) -> WorkerFailure | None:
     (the message comes from a pod: untrusted)."""
     if len(text) > MAX_TERMINATION_MESSAGE:
         return None
-    for line in text.splitlines()[1:]:
-        if not line.startswith('{"lastFailure"'):
-            continue
-        try:
-            data = json.loads(line, parse_constant=_reject_constant)
-            return WorkerFailure.from_json(data.get("lastFailure"))
-        except (ValueError, AttributeError, RecursionError):
-            return None
-    return None
+    try:
+        data = _json_line(text, "lastFailure")
+        return None if data is None else WorkerFailure.from_json(data)
+    except (ValueError, AttributeError, RecursionError):
+        return None
+
+
+def counts_from_termination_message(text: str) -> FinalCounts | None:
+    """The final counts in a container's termination message (see ``termination_message``);
+    ``None`` when there are none or they are not valid (untrusted, like the record)."""
+    if len(text) > MAX_TERMINATION_MESSAGE:
+        return None
+    try:
+        data = _json_line(text, "restarts")
+        return None if data is None else FinalCounts.from_json(data)
+    except (ValueError, AttributeError, RecursionError):
+        return None
 
 
 def _reject_constant(name: str) -> None:

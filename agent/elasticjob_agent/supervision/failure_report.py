@@ -6,7 +6,7 @@ import logging
 import os
 from pathlib import Path
 
-from elasticjob_agent.protocol.failure import MAX_TAIL, WorkerFailure
+from elasticjob_agent.protocol.failure import MAX_TAIL, FinalCounts, WorkerFailure
 from elasticjob_agent.supervision.root_cause import (
     MAX_ERROR_FILE_BYTES,
     describe,
@@ -44,13 +44,16 @@ def read_failure(
     )
 
 
-def write_termination_message(failure: WorkerFailure, path: str | None = None) -> bool:
-    """Write the failure to the container's termination message file, if it is writable
-    (outside Kubernetes it usually is not: nothing is written, nothing fails)."""
+def write_termination_message(
+    failure: WorkerFailure | None, path: str | None = None, counts: FinalCounts | None = None
+) -> bool:
+    """Write the failure (and, on the spent budget's exit, the final ``counts``) to the
+    container's termination message file, if it is writable (outside Kubernetes it usually is
+    not: nothing is written, nothing fails)."""
     target = path or os.environ.get("ELASTICJOB_TERMINATION_LOG") or TERMINATION_LOG
     try:
         with open(target, "wb") as out:
-            out.write(termination_message(failure))
+            out.write(termination_message(failure, counts))
     except OSError as exc:
         logger.debug("no termination message at %s: %s", target, exc)
         return False

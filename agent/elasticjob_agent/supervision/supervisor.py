@@ -22,7 +22,7 @@ from elasticjob_agent.health.metrics import AgentMetrics
 from elasticjob_agent.health.status import AgentStatus
 from elasticjob_agent.logs import EventLog
 from elasticjob_agent.protocol.exit_codes import ExitCode
-from elasticjob_agent.protocol.failure import MAX_MESSAGE, WorkerFailure, cap
+from elasticjob_agent.protocol.failure import MAX_MESSAGE, FinalCounts, WorkerFailure, cap
 from elasticjob_agent.protocol.health import AgentState, WorkerStatus
 from elasticjob_agent.protocol.restarts import RestartCounts, RestartReason, RestartStateError
 from elasticjob_agent.rendezvous import (
@@ -149,6 +149,9 @@ class Supervisor:
         self._round = 0
         self._attempt = 0
         self._base_rank: int | None = None
+        self._root_cause: WorkerFailure | None = None
+        """The last root cause written to the termination message (rewritten with the final
+        counts when the budget is spent)."""
 
     # -- public --------------------------------------------------------------------------------
 
@@ -382,7 +385,7 @@ class Supervisor:
         )
         self._status.update(last_failure=failure)
         self._events.warning("root_cause", failure=failure.summary()[:1000])
-        write_termination_message(failure)
+        self._write_root_cause(failure)
 
     def _timers_fired(self) -> bool:
         """Kill the workers whose expiration timer fired (with the signal their timer asked
@@ -413,7 +416,7 @@ class Supervisor:
         )
         self._status.update(last_failure=failure)
         self._events.warning("root_cause", failure=failure.summary()[:1000])
-        write_termination_message(failure)
+        self._write_root_cause(failure)
         return True
 
     def _record_root_cause(self, failures: Mapping[int, int | None]) -> None:
@@ -438,7 +441,11 @@ class Supervisor:
         first = replace(first_failure(records), round=self._round)
         self._status.update(last_failure=first)
         self._events.warning("root_cause", failure=first.summary()[:1000])
-        write_termination_message(first)
+        self._write_root_cause(first)
+
+    def _write_root_cause(self, failure: WorkerFailure) -> None:
+        self._root_cause = failure
+        write_termination_message(failure)
 
     def _membership_change(self) -> RestartReason | None:
         try:
@@ -546,6 +553,9 @@ class Supervisor:
         verdict = judge_budget(counts, self._s.max_restarts)
         if verdict.exhausted:
             self._etcd(lambda: self._counter.mark_budget_spent(counts, self._s.max_restarts))
+            # The operator may never poll this count (we exit now): the kubelet keeps it.
+            final = FinalCounts(self._handler.get_run_id(), dict(counts.by_reason))
+            write_termination_message(self._root_cause, counts=final)
             try:
                 self._handler.set_closed()
             except RendezvousError as exc:

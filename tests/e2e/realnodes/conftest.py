@@ -217,8 +217,20 @@ def wait_job(
         raise AssertionError(f"{exc}\npods:\n{listing}{logs}") from None
 
 
+def get_job(cluster: LocalCluster, ns: str, name: str) -> dict[str, Any]:
+    return dict(cluster.get_json("ej", name, "-n", ns))
+
+
 def phase(job: dict[str, Any]) -> str:
     return str((job.get("status") or {}).get("phase", ""))
+
+
+def condition(job: dict[str, Any], type_: str) -> dict[str, Any]:
+    """The job's condition of ``type_``, or ``{}``."""
+    for cond in (job.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == type_:
+            return dict(cond)
+    return {}
 
 
 def ready_nodes(job: dict[str, Any]) -> int:
@@ -258,6 +270,35 @@ def diagnostics(cluster: LocalCluster, ns: str, name: str) -> str:
     return f"events:\n{events}{logs}"
 
 
+def expect_counts(
+    cluster: LocalCluster, ns: str, job: dict[str, Any], expected: dict[str, int]
+) -> None:
+    """Fail, with the job's status, Events and every agent's log, unless the job's restarts by
+    reason are exactly ``expected`` (pytest would truncate an assertion message that long)."""
+    if by_reason(job) == expected:
+        return
+    name = job["metadata"]["name"]
+    logs = "".join(
+        f"\n--- {p['metadata']['name']} (agent lines):\n"
+        + "\n".join(
+            line
+            for line in cluster.pod_logs(ns, p["metadata"]["name"]).splitlines()
+            if "elasticjob-agent" in line
+        )
+        for p in pods(cluster, ns)
+    )
+    events = cluster.kubectl(
+        "get", "events", "-n", ns, "--sort-by=.lastTimestamp",
+        "-o", "custom-columns=AT:.lastTimestamp,OBJECT:.involvedObject.name,REASON:.reason,"
+        "MESSAGE:.message", check=False,
+    ).stdout  # fmt: skip
+    pytest.fail(
+        f"{ns}/{name}: restarts {by_reason(job)}, expected {expected}\n"
+        f"status: {json.dumps(job.get('status'), indent=1)}\nevents:\n{events}{logs}",
+        pytrace=False,
+    )
+
+
 def wait_checkpoint(cluster: LocalCluster, ns: str, step: int = 10) -> None:
     """Until rank 0 (on whichever pod) wrote a checkpoint at ``step`` or later."""
     pattern = re.compile(r"checkpoint step=(\d+)")
@@ -276,6 +317,28 @@ def job_events(cluster: LocalCluster, ns: str, name: str, reason: str) -> list[s
     )["items"]
     items.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
     return [str(e.get("message", "")) for e in items]
+
+
+def operator_metrics(cluster: LocalCluster, release: Release) -> str:
+    """The operator pod's Prometheus text, read inside its container (its metrics port is not
+    the host's to reach on real nodes)."""
+    items = cluster.get_json(
+        "pods", "-n", release.system, "-l", "app.kubernetes.io/name=elasticjob-operator"
+    )["items"]
+    (pod,) = [p for p in items if not p["metadata"].get("deletionTimestamp")]
+    port = next(
+        p["containerPort"]
+        for p in pod["spec"]["containers"][0].get("ports") or []
+        if p.get("name") == "metrics"
+    )
+    read = (
+        "import urllib.request\n"
+        f"with urllib.request.urlopen('http://127.0.0.1:{port}/metrics', timeout=10) as r:\n"
+        "    print(r.read().decode())\n"
+    )
+    return cluster.exec_in_pod(
+        release.system, pod["metadata"]["name"], ["python", "-c", read], check=True
+    ).stdout
 
 
 def termination_message(cluster: LocalCluster, ns: str, pod: str) -> str:

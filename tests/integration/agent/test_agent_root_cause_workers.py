@@ -11,6 +11,12 @@ from typing import Any
 
 import pytest
 from agent_harness import SCRIPTS, Agent, rdzv_flags
+from elasticjob_agent.protocol.exit_codes import ExitCode
+from elasticjob_agent.protocol.failure import (
+    FinalCounts,
+    counts_from_termination_message,
+    from_termination_message,
+)
 from elasticjob_agent.protocol.health import HealthReport
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -66,3 +72,25 @@ def test_a_rank_killed_by_a_signal_shows_the_signal(
     assert failure["signal"] == "SIGKILL"
     assert "exitCode" not in failure and "exceptionType" not in failure
     assert message.startswith(b"rank 1 on job-worker-0-0 killed by SIGKILL\n")
+
+
+def test_the_budget_spending_exit_leaves_the_final_counts_in_the_termination_message(
+    etcd_server_session: Any, spawn_agent: Spawn, tmp_path: Path
+) -> None:
+    # The agent exits as soon as it counted the restart that spent the budget, before the
+    # operator may poll that count: the termination message carries it (issue 10's finding).
+    termination_log = tmp_path / "termination-log"
+    run_id = f"t-{uuid.uuid4().hex[:10]}"
+    flags = [*rdzv_flags(etcd_server_session.endpoint, run_id, "1:1"), "--max-restarts", "1"]
+    agent = spawn_agent(
+        "a",
+        [*flags, str(SCRIPTS / "always_fail.py")],
+        env={"ELASTICJOB_TERMINATION_LOG": str(termination_log), "POD_NAME": "job-worker-0-0"},
+    )
+    assert agent.wait_exit(240) == ExitCode.MAX_RESTARTS_EXCEEDED, agent.log()[-3000:]
+    message = termination_log.read_text()
+    assert message.startswith("rank 0 on job-worker-0-0 exited with code 3"), message
+    failure = from_termination_message(message)
+    assert failure is not None and failure.exit_code == 3 and failure.round == 1, message
+    counts = counts_from_termination_message(message)
+    assert counts == FinalCounts(run_id, {"failure": 2}), message

@@ -11,7 +11,9 @@ from elasticjob_agent.protocol.failure import (
     MAX_FAILURE_BYTES,
     MAX_MESSAGE,
     FailureRecordError,
+    FinalCounts,
     WorkerFailure,
+    counts_from_termination_message,
     from_termination_message,
 )
 from elasticjob_agent.protocol.health import (
@@ -272,3 +274,43 @@ def test_termination_message_reads_back_strictly() -> None:
         "summary\n" + '{"lastFailure": ' + "[" * 5000 + "\n",
     ):
         assert from_termination_message(bad) is None, bad
+
+
+def test_termination_message_carries_the_final_counts_after_the_record() -> None:
+    failure = WorkerFailure(local_rank=0, time=2.0, rank=0, pod="p-0", exit_code=3, round=1)
+    counts = FinalCounts("run-1", {"failure": 2, "membership": 0})
+    text = termination_message(failure, counts).decode()
+    assert text.splitlines()[0] == "rank 0 on p-0 exited with code 3"
+    assert from_termination_message(text) == failure
+    assert counts_from_termination_message(text) == counts
+    assert counts_from_termination_message(termination_message(failure).decode()) is None
+    # No failure of this node's own (a peer's spent the budget): the counts alone.
+    alone = termination_message(None, counts).decode()
+    assert from_termination_message(alone) is None
+    assert counts_from_termination_message(alone) == counts
+    # A record too long to fit is dropped before the counts are.
+    huge = WorkerFailure(
+        local_rank=0, time=2.0, exception_type="E", message="m" * MAX_MESSAGE, frame="f" * 512,
+        output_tail="\\" * 1536,
+    )  # fmt: skip
+    text = termination_message(huge, counts).decode()
+    assert len(text.encode()) <= MAX_TERMINATION_MESSAGE
+    assert from_termination_message(text) is None
+    assert counts_from_termination_message(text) == counts
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        '{"restarts": {"runId": "", "byReason": {}}}',
+        '{"restarts": {"runId": "r", "byReason": {"failure": -1}}}',
+        '{"restarts": {"runId": "r", "byReason": {"failure": true}}}',
+        '{"restarts": {"runId": "r", "byReason": {"failure": 1e3}}}',
+        '{"restarts": {"runId": "r", "byReason": [1]}}',
+        '{"restarts": {"runId": "r", "byReason": {"failure": NaN}}}',
+        '{"restarts": "r"}',
+        '{"restarts": {"runId": "r", "byReason": {"x": 1}',
+    ],
+)
+def test_final_counts_from_a_pod_are_refused_when_malformed(line: str) -> None:
+    assert counts_from_termination_message(f"summary\n{line}\n") is None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from elasticjob_agent.protocol.failure import WorkerFailure, termination_message
+from elasticjob_agent.protocol.failure import FinalCounts, WorkerFailure, termination_message
 from elasticjob_operator import names
 from elasticjob_operator.agent_command import POD_IP_ENV, training_argv
 from elasticjob_operator.manifests import (
@@ -270,3 +270,18 @@ def test_the_managed_etcd_has_requests_unless_the_spec_sets_its_resources() -> N
         "containers"
     ]
     assert container["resources"] == mine
+
+
+def test_pod_view_reads_the_final_counts_in_the_termination_message() -> None:
+    failure = WorkerFailure(local_rank=0, time=1.0, rank=0, exit_code=3)
+    pod = build_worker_pod(JOB, job_spec(), 0, 0)
+    message = termination_message(failure, FinalCounts("run", {"failure": 2})).decode()
+    pod["status"] = {
+        "phase": "Failed",
+        "containerStatuses": [
+            {"name": "trainer", "state": {"terminated": {"exitCode": 10, "message": message}}}
+        ],
+    }
+    view = pod_view(pod)
+    assert view is not None and view.last_failure == failure
+    assert view.final_counts == FinalCounts("run", {"failure": 2})

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from elasticjob_agent.protocol.exit_codes import ExitCode
-from elasticjob_agent.protocol.failure import WorkerFailure
+from elasticjob_agent.protocol.failure import FinalCounts, WorkerFailure
 from elasticjob_operator import planning, root_cause
 from elasticjob_operator.observed import PodPhase
 from elasticjob_operator.status import JobStatus, Phase
@@ -207,3 +207,34 @@ def test_a_spent_budget_does_not_wait_past_the_deadline_for_a_pod_that_keeps_run
     )
     late = T0 + 5 + planning.ROOT_CAUSE_WAIT_SECONDS
     assert step(cluster, status, job_spec(), late, etcd_reachable=True).status.phase is Phase.FAILED
+
+
+def test_the_final_counts_an_exited_agent_left_raise_the_status_before_the_verdict() -> None:
+    """The agent counted the restart that spent the budget and exited before any poll saw it;
+    the count in its termination message is the job's, so the verdict quotes it (a verdict of
+    "3 failure restarts, maxRestarts 3" contradicts itself)."""
+    cluster = Cluster()
+    status = _started(cluster).evolve(restarts={"failure": 3, "membership": 1})
+    cluster.set(
+        "demo-worker-1-0",
+        phase=PodPhase.FAILED,
+        exit_code=ExitCode.MAX_RESTARTS_EXCEEDED,
+        last_failure=replace(RAISED, round=4),
+        final_counts=FinalCounts(RUN_ID, {"failure": 4, "membership": 0, "etcd-recovered": 9}),
+    )
+    cluster.set(
+        "demo-worker-0-0",
+        phase=PodPhase.FAILED,
+        exit_code=ExitCode.MAX_RESTARTS_EXCEEDED,
+        final_counts=FinalCounts("another-run", {"failure": 50}),
+    )
+    result = step(cluster, status, job_spec(), T0 + 8, etcd_reachable=True)
+    assert (result.status.phase, result.status.reason) == (Phase.FAILED, "MaxRestartsExceeded")
+    # Raised per agent reason, never lowered; not from another run; etcd-recovered is the
+    # operator's own count, whatever an agent says.
+    assert result.status.restarts == {"failure": 4, "membership": 1}
+    assert result.status.message.startswith(
+        "job-wide restart budget spent: 4 failure restarts, maxRestarts 3"
+    )
+    restarted = [e.message for e in result.events if e.reason == "Restarted"]
+    assert len(restarted) == 1 and "(failure), 1 time(s)" in restarted[0], restarted

@@ -11,7 +11,9 @@ raises ``RendezvousConnectionError``.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import TypeVar
@@ -77,6 +79,10 @@ class EtcdStore(dist.Store):  # type: ignore[misc,name-defined]  # torch stubs l
             raise ValueError(f"store prefix must end with '/': {prefix!r}")
         self._session = session
         self._prefix = prefix
+        # ``add``'s once-only markers: beside the store's keys, outside their range (num_keys).
+        self._add_markers = prefix[:-1] + b".adds/"
+        self._token = uuid.uuid4().hex
+        self._add_calls = itertools.count()
         self._owns_session = owns_session
         self.set_timeout(timeout)
 
@@ -149,19 +155,27 @@ class EtcdStore(dist.Store):  # type: ignore[misc,name-defined]  # torch stubs l
             raise dist.DistStoreError(f"etcd unreachable while reading {get_key}: {exc}") from exc
 
     def add(self, key: str, amount: int) -> int:
+        """Add ``amount`` exactly once, also when etcd applied an attempt whose answer was lost
+        (a retry would add again): the transaction that bumps the counter also writes a marker
+        unique to this call, and an attempt that finds its marker returns the value it holds."""
         k = self._key(key)
+        marker = self._add_markers + f"{self._token}/{next(self._add_calls)}".encode()
 
         async def add_once() -> int:
             while True:
-                kv = await self._client.get(k)
+                read = await self._client.txn([], [op_range(k), op_range(marker)])
+                counter, done = (r.response_range.kvs for r in read.responses)
+                if done:
+                    return int(done[0].value)
+                kv = counter[0] if counter else None
                 current = int(kv.value) if kv is not None else 0
-                new = current + int(amount)
+                new = str(current + int(amount)).encode()
                 fence = int(kv.mod_revision) if kv is not None else 0
                 response = await self._client.txn(
-                    [cmp_mod(k, "==", fence)], [op_put(k, str(new).encode())]
+                    [cmp_mod(k, "==", fence)], [op_put(k, new), op_put(marker, new)]
                 )
                 if response.succeeded:
-                    return new
+                    return int(new)
 
         return self._run(add_once, self._seconds(None))
 

@@ -11,9 +11,11 @@ import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch.distributed as dist
+from elasticjob_agent.rendezvous.errors import RendezvousConnectionError
 from elasticjob_agent.rendezvous.store import EtcdStore
 
 from tests.integration.conftest import EtcdServer
@@ -45,6 +47,28 @@ def test_add_is_atomic_and_readable(store: EtcdStore) -> None:
     assert store.add("n", 5) == 6
     assert store.add("n", -2) == 4
     assert store.get("n") == b"4"
+
+
+def test_add_counts_once_when_etcd_applied_it_but_the_answer_was_lost(
+    store: EtcdStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = store._session.client
+    real_txn = client.txn
+    lost: list[bool] = []
+
+    async def answer_lost_once(compare: Any, success: Any, *rest: Any) -> Any:
+        response = await real_txn(compare, success, *rest)
+        if compare and not lost:  # etcd applied the conditional write; its answer never came
+            lost.append(True)
+            raise RendezvousConnectionError("answer lost")
+        return response
+
+    monkeypatch.setattr(client, "txn", answer_lost_once)
+    assert store.add("once", 3) == 3
+    assert lost == [True]
+    assert store.get("once") == b"3"
+    assert store.add("once", 1) == 4
+    assert store.num_keys() == 1  # the markers live outside the store's keys
 
 
 def test_compare_set_follows_torch_semantics(store: EtcdStore) -> None:

@@ -103,6 +103,19 @@ def _setup(spec: dict[str, Any]) -> None:
             record.write("".join(f"{path}\n" for path in created))
 
 
+def _hidden_by(cwd: str, mounts: list[dict[str, object]]) -> str:
+    """Why ``cwd`` may be missing in the container: a volume mounted over a directory above it
+    (the chart mounts an emptyDir on /tmp, so a checkout under /tmp vanishes in its pod)."""
+    for mount in mounts:
+        target = str(mount["target"]).rstrip("/") or "/"
+        if target != "/" and (cwd == target or cwd.startswith(target + "/")):
+            return (
+                f" (the pod's volume mounted at {target} hides it: emulated pods run from the "
+                f"repository's checkout, so keep the checkout outside {target})"
+            )
+    return ""
+
+
 def main() -> int:
     """Run the container described by the spec file ``sys.argv[1]``; returns its status."""
     spec = json.loads(Path(sys.argv[1]).read_text())
@@ -131,7 +144,9 @@ def main() -> int:
             os.execvpe(argv[0], argv, env)
         except OSError as err:
             print(
-                f"elasticjob-localcluster: cannot run {argv[0]!r} in {cwd}: {err}", file=sys.stderr
+                f"elasticjob-localcluster: cannot run {argv[0]!r} in {cwd}: {err}"
+                + _hidden_by(cwd, spec["mounts"]),
+                file=sys.stderr,
             )
             os._exit(127)
     Path(spec["pid_file"]).write_text(str(pid))

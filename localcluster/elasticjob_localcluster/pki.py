@@ -90,6 +90,13 @@ def node_identities(nodes: list[str]) -> dict[str, tuple[str, tuple[str, ...]]]:
     return identities
 
 
+def _serial() -> str:
+    """A random serial number for one certificate. Not ``-CAcreateserial``: that reads and
+    rewrites one ``ca.srl`` file, and the real nodes issue their certificates in parallel (one
+    node read the file while another wrote it: "Unable to load number from ca.srl")."""
+    return str(secrets.randbits(120) + 1)
+
+
 def issue_certificate(
     pki: Pki,
     name: str,
@@ -117,7 +124,7 @@ def issue_certificate(
     )  # fmt: skip
     _openssl(
         "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-        "-CAcreateserial", "-days", "3650", "-out", f"{name}.crt", "-extfile", f"{name}.ext",
+        "-set_serial", _serial(), "-days", "3650", "-out", f"{name}.crt", "-extfile", f"{name}.ext",
         cwd=directory,
     )  # fmt: skip
     (directory / f"{name}.key").chmod(0o600)
@@ -153,8 +160,8 @@ def make_pki(
     )  # fmt: skip
     _openssl(
         "x509", "-req", "-in", "apiserver.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-        "-CAcreateserial", "-days", "3650", "-out", "apiserver.crt", "-extfile", "serving.ext",
-        cwd=directory,
+        "-set_serial", _serial(), "-days", "3650", "-out", "apiserver.crt",
+        "-extfile", "serving.ext", cwd=directory,
     )  # fmt: skip
     _openssl("genrsa", "-out", "sa.key", "2048", cwd=directory)
     _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=directory)

@@ -356,20 +356,22 @@ class EtcdClient:
             asyncio.get_running_loop().create_task(channel.close())
 
     def note_silence(self) -> None:
-        """Record a request the caller gave up on before its grpc deadline (no answer)."""
+        """Record a request that got no answer in time (the caller gave up on it, or a stream
+        write or read passed its deadline): lengthen the deadline, keep the connection."""
         self._silent()
         self._failed(drop=False)
 
     def _map_error(self, exc: grpc.aio.AioRpcError) -> Exception:
         code = exc.code()
         details = exc.details() or ""
-        if code == grpc.StatusCode.DEADLINE_EXCEEDED or _overloaded(exc):
+        overloaded = _overloaded(exc)
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED or overloaded:
             self._silent()
-        if code in _UNREACHABLE or _overloaded(exc):
+        if code in _UNREACHABLE or overloaded:
             # "etcdserver: ..." comes from a live server (e.g. "request timed out" under load);
             # a client-side deadline says nothing about the connection either.
             transport = code == grpc.StatusCode.UNAVAILABLE and not _from_server(exc)
-            self._failed(drop=transport, answered=_overloaded(exc))
+            self._failed(drop=transport, answered=overloaded)
             hint = ""
             if self.endpoint.tls is not None and not _from_server(exc):
                 # A refused handshake looks like any unreachable server to grpc.
@@ -500,8 +502,7 @@ class EtcdClient:
         except TimeoutError as exc:
             call.cancel()
             self._keepalive_call = None
-            self._silent()
-            self._failed(drop=False)
+            self.note_silence()
             raise RendezvousConnectionError("etcd did not answer a lease keep-alive") from exc
         except (asyncio.InvalidStateError, grpc.aio.AioRpcError):
             self._keepalive_call = None
@@ -615,8 +616,7 @@ class _WatchStream:
                 async with self._write_lock:
                     await self._call.write(request)
         except TimeoutError as exc:
-            self._client._silent()
-            self._client._failed(drop=False)
+            self._client.note_silence()
             self.close()  # the client opens a new stream on the next watch
             raise RendezvousConnectionError("etcd did not take a watch request in time") from exc
         except (asyncio.InvalidStateError, grpc.aio.UsageError) as exc:
@@ -636,8 +636,7 @@ class _WatchStream:
             created = await asyncio.wait_for(future, self._client._deadline_now())
         except TimeoutError as exc:
             self._queues.pop(wid, None)
-            self._client._silent()
-            self._client._failed(drop=False)
+            self._client.note_silence()
             self.close()  # the client opens a new stream on the next watch
             raise RendezvousConnectionError("etcd did not create the watch in time") from exc
         except grpc.aio.AioRpcError as exc:

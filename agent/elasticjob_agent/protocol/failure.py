@@ -11,9 +11,11 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 MAX_TYPE = 128
 MAX_MESSAGE = 1024
@@ -248,38 +250,32 @@ def termination_message(failure: WorkerFailure | None, counts: FinalCounts | Non
     return summary
 
 
-def _json_line(text: str, key: str) -> Any:
-    """The value under ``key`` of the termination message's JSON line that holds it, or
-    ``None``; raises ValueError (or RecursionError) for a line that is not valid JSON."""
-    for line in text.splitlines()[1:]:
-        if line.startswith('{"' + key + '"'):
-            return json.loads(line, parse_constant=_reject_constant).get(key)
+def _from_json_line(text: str, key: str, parse: Callable[[Any], T]) -> T | None:
+    """``parse`` of the value under ``key`` in the termination message's JSON line that holds
+    it; ``None`` when there is none, or when the message, the line or the value is not valid
+    (the message comes from a pod: untrusted)."""
+    if len(text) > MAX_TERMINATION_MESSAGE:
+        return None
+    try:
+        for line in text.splitlines()[1:]:
+            if line.startswith('{"' + key + '"'):
+                data = json.loads(line, parse_constant=_reject_constant).get(key)
+                return None if data is None else parse(data)
+    except (ValueError, AttributeError, RecursionError):
+        return None
     return None
 
 
 def from_termination_message(text: str) -> WorkerFailure | None:
     """The record in a container's termination message (``termination_message``'s second line),
-    parsed as strictly as a health report's; ``None`` when there is none or it is not valid
-    (the message comes from a pod: untrusted)."""
-    if len(text) > MAX_TERMINATION_MESSAGE:
-        return None
-    try:
-        data = _json_line(text, "lastFailure")
-        return None if data is None else WorkerFailure.from_json(data)
-    except (ValueError, AttributeError, RecursionError):
-        return None
+    parsed as strictly as a health report's; ``None`` when there is none or it is not valid."""
+    return _from_json_line(text, "lastFailure", WorkerFailure.from_json)
 
 
 def counts_from_termination_message(text: str) -> FinalCounts | None:
     """The final counts in a container's termination message (see ``termination_message``);
     ``None`` when there are none or they are not valid (untrusted, like the record)."""
-    if len(text) > MAX_TERMINATION_MESSAGE:
-        return None
-    try:
-        data = _json_line(text, "restarts")
-        return None if data is None else FinalCounts.from_json(data)
-    except (ValueError, AttributeError, RecursionError):
-        return None
+    return _from_json_line(text, "restarts", FinalCounts.from_json)
 
 
 def _reject_constant(name: str) -> None:

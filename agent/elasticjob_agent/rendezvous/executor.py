@@ -18,7 +18,6 @@ from typing import Any, Protocol, TypeVar
 
 from elasticjob_agent.etcd.client import (
     EtcdClient,
-    EtcdRequestError,
     cmp_mod,
     cmp_value,
     cmp_version,
@@ -29,7 +28,7 @@ from elasticjob_agent.etcd.client import (
     prefix_end,
 )
 from elasticjob_agent.etcd.retry import retry_until
-from elasticjob_agent.rendezvous import transactions
+from elasticjob_agent.rendezvous import rank_table, transactions
 from elasticjob_agent.rendezvous.deadline import ClockTimer, DeadlineReached, Timer, until
 from elasticjob_agent.rendezvous.errors import (
     RendezvousClosedError,
@@ -40,8 +39,10 @@ from elasticjob_agent.rendezvous.errors import (
 from elasticjob_agent.rendezvous.state import (
     Action,
     Context,
+    Joiner,
     Kind,
     Membership,
+    Roster,
     Snapshot,
     decide,
 )
@@ -157,7 +158,9 @@ class Executor:
             op_range(k.last_call(p)),
         ]
 
-    async def _parse(self, response: Any, guess: int, max_nodes: int) -> Snapshot | None:
+    async def _parse(
+        self, response: Any, guess: int, max_nodes: int, roster: Roster | None = None
+    ) -> Snapshot | None:
         """The snapshot in the last ranges of ``response``, or ``None`` if ``guess`` was not
         the current round."""
         k = self.keys
@@ -167,14 +170,17 @@ class Executor:
         if p != guess:
             return None
         last_call_kv = last_call.kvs[0] if last_call.kvs else None
-        if complete.kvs:
-            decode_int(k.complete(p), complete.kvs[0].value, "round")
+        record = (
+            rank_table.decode_record(k.complete(p), bytes(complete.kvs[0].value))
+            if complete.kvs
+            else None
+        )
         snap = Snapshot(
             revision=int(response.header.revision),
             closed=bool(closed.kvs),
             round=p,
             round_mod=int(pointer.kvs[0].mod_revision) if pointer.kvs else 0,
-            completed=bool(complete.kvs),
+            completed=record is not None,
             joined=int(joined.count),
             # A key left by an earlier process with our node id is not ours: it is on another
             # lease. Treating it as ours would put a new process into a round it never joined.
@@ -190,80 +196,69 @@ class Executor:
             ),
             last_call_mod=int(last_call_kv.mod_revision) if last_call_kv is not None else 0,
             waiting=bool(waiting.kvs),
+            last_call_mine=(
+                last_call_kv is not None
+                and decode(k.last_call(p), bytes(last_call_kv.value)).get("by") == self.node
+            ),
+            roster=roster,
         )
-        if snap.completed:
+        if record is not None:
             membership = await self._membership(
-                p, int(complete.kvs[0].mod_revision) - 1, snap.my_create, max_nodes
+                record, int(complete.kvs[0].mod_revision), snap.my_create, max_nodes
             )
             snap = replace(snap, membership=membership)
         return snap
 
     async def _membership(
-        self, p: int, revision: int, my_create: int, max_nodes: int
+        self, record: rank_table.Record, revision: int, my_create: int, max_nodes: int
     ) -> Membership:
-        """Rank (``max_nodes`` or more: not a member), world size and master address of round
-        ``p``, read at the completion's revision so that every node computes the same answer.
-
-        Ranks follow the order of the joined keys (node ids): a count over a key range is exact
-        in etcd, whereas counts ignore create-revision filters. The master is the address rank 0
-        advertised in its joined key. One request (two if more than ``max_nodes`` joined).
-
-        The joined range is read as two halves split at this node's own key, each with
-        ``limit=1``: the half before it counts the rank and holds the first key (the master),
-        the half from it holds our own key first; their counts add up to the world. etcd
-        counts a range by walking its index (3.4 does so even with a limit), so each node walks
-        the round's N keys once, not the 2.5 N that separate total, rank and first-key reads
-        cost (at N = 4096 those walks were 40% of etcd's CPU, bench/RESULTS.md).
-        """
+        """This node's rank (``max_nodes`` or more: not a member), world size and master
+        address in the round ``record`` completed (at ``revision``): one read of this node's
+        bucket of the rank table the completer published, however large the round."""
+        p = record.round
         cached = self._memberships.get((p, my_create))
         if cached is not None:
             return cached
-        joined = self.keys.joined_prefix(p)
-        end = prefix_end(joined)
-        mine = self.keys.joined(p, self.node)
-        ops = [
-            op_range(joined, mine, revision=revision, limit=1),
-            op_range(mine, end, revision=revision, limit=1),
-        ]
-        try:
-            response = await self.client.txn([], ops)
-        except EtcdRequestError as exc:
-            if "compacted" not in exc.details:
-                raise
-            raise RendezvousStateError(
-                f"round {p} completed at revision {revision + 1}, which etcd has compacted "
-                "since: keep etcd's auto-compaction retention above the join timeout"
-            ) from exc
-        before, after = (r.response_range for r in response.responses)
-        total = int(before.count) + int(after.count)
-        rank = max_nodes
-        # Our key must have been there at the completion (not a later re-creation).
-        own = after.kvs[0] if after.kvs and bytes(after.kvs[0].key) == mine else None
-        if my_create and own is not None and int(own.create_revision) == my_create:
-            rank = int(before.count)
-        master: tuple[str, int] | None = None
-        first = before.kvs[0] if before.kvs else (after.kvs[0] if after.kvs else None)
-        if first is not None:
-            data = decode(bytes(first.key), bytes(first.value))
-            addr, port = data.get("addr"), data.get("port")
-            if not isinstance(addr, str) or not isinstance(port, int):
-                raise RendezvousStateError(
-                    f"corrupt rendezvous state at {bytes(first.key).decode()!r}: "
-                    "joined key without addr/port"
-                )
-            master = (addr, port)
-        world = min(total, max_nodes)
-        members_end = end
-        if total > max_nodes:
-            first_members = await self.client.range(
-                joined, end, revision=revision, limit=max_nodes, keys_only=True
-            )
-            members_end = bytes(first_members.kvs[-1].key) + b"\0"
-        membership = Membership(
-            rank=rank, world_size=world, revision=revision, members_end=members_end, master=master
+        key = self.keys.ranks(p, rank_table.bucket_of(self.node, record.buckets))
+        response = await self.client.range(key)
+        value = bytes(response.kvs[0].value) if response.kvs else None
+        entry = rank_table.decode_entry(key, value, self.node)
+        membership = rank_table.membership(
+            self.keys,
+            record,
+            entry,
+            node=self.node,
+            my_create=my_create,
+            max_nodes=max_nodes,
+            revision=revision,
         )
         self._memberships[(p, my_create)] = membership
         return membership
+
+    async def read_roster(self, p: int, max_nodes: int) -> Snapshot:
+        """The snapshot of round ``p`` with who joined it (``Kind.ROSTER``): the first
+        ``max_nodes`` joined keys (keys only) and the first one's address, in one request. The
+        completer reads this once per round (an index walk of the round in etcd)."""
+        joined = self.keys.joined_prefix(p)
+        end = prefix_end(joined)
+        ops = [
+            op_range(joined, end, limit=max_nodes, keys_only=True),
+            op_range(joined, end, limit=1),
+            op_range(self.keys.joins(p)),
+            *self._snapshot_ops(p),
+        ]
+        response = await self.client.txn([], ops)
+        names, first, joins = (r.response_range for r in response.responses[:3])
+        members = tuple(
+            Joiner(bytes(kv.key)[len(joined) :].decode(), int(kv.create_revision))
+            for kv in names.kvs
+        )
+        master: tuple[str, int] | None = None
+        if first.kvs:
+            master = _advertised(bytes(first.kvs[0].key), bytes(first.kvs[0].value))
+        joins_mod = int(joins.kvs[0].mod_revision) if joins.kvs else 0
+        snap = await self._parse(response, p, max_nodes, Roster(members, master, joins_mod))
+        return snap if snap is not None else await self.read(p, max_nodes)
 
     async def read(self, guess: int, max_nodes: int) -> Snapshot:
         """A consistent snapshot of the current round (``guess`` saves a round trip if right)."""
@@ -325,14 +320,18 @@ class Executor:
             if completion and len(events) == 1 and not snap.waiting:
                 # The usual wake-up: our round completed. The completion txn compared the
                 # pointer and the closed flag, so the rest of the snapshot still holds; whether
-                # we are a member is read at the completion's revision.
+                # we are a member is in our bucket of the rank table written with it.
                 kv = completion[0].kv
-                decode_int(k.complete(p), bytes(kv.value), "round")
-                membership = await self._membership(p, int(kv.mod_revision) - 1, snap.my_create, mx)
+                record = rank_table.decode_record(k.complete(p), bytes(kv.value))
+                membership = await self._membership(
+                    record, int(kv.mod_revision), snap.my_create, mx
+                )
                 return replace(
                     snap, revision=int(kv.mod_revision), completed=True, membership=membership
                 )
             return await self.read(p, mx)
+        if action.kind is Kind.ROSTER:
+            return await self.read_roster(p, mx)
         if action.kind is Kind.COMPLETE:
             log.debug("completing round %d (node=%s, joined=%d)", p, self.node, snap.joined)
         advertise = self._advertise() if action.kind is Kind.JOIN else None
@@ -390,6 +389,16 @@ class Executor:
             await self.write(transactions.leave(self.keys, self.node, p))
         except Exception as exc:  # cleanup must not hide the timeout
             log.warning("could not leave round %d (node=%s): %s", p, self.node, exc)
+
+
+def _advertised(key: bytes, value: bytes) -> tuple[str, int]:
+    data = decode(key, value)
+    addr, port = data.get("addr"), data.get("port")
+    if not isinstance(addr, str) or not isinstance(port, int) or isinstance(port, bool):
+        raise RendezvousStateError(
+            f"corrupt rendezvous state at {key.decode()!r}: joined key without addr/port"
+        )
+    return addr, port
 
 
 def _compare(c: Compare) -> Any:

@@ -6,8 +6,9 @@ lose a race with (its transaction compares what the decision was based on), so a
 crashes at any point, or runs against a stale snapshot, never breaks the invariants:
 
 - at most one completion per round (a create-only key),
-- members of a round are the first ``max_nodes`` joined keys (in key order) as of the
-  completion, so ranks are ``0..world_size-1``, unique, and agreed by everyone,
+- members of a round are the first ``max_nodes`` joined keys (in key order) as the completer
+  read them (its ``Roster``, published with the completion as the rank table), so ranks are
+  ``0..world_size-1``, unique, and agreed by everyone,
 - a node that finds its round completed without it goes on the wait list (never a second group),
   unless no member of that round is left, then it starts the next round,
 - no node returns from a round with fewer than ``min_nodes`` members (such a round is void and
@@ -40,6 +41,25 @@ class Membership:
 
 
 @dataclass(frozen=True)
+class Joiner:
+    node: str
+    create: int
+    """Create revision of its joined key."""
+
+
+@dataclass(frozen=True)
+class Roster:
+    """A round's joined keys as the completer read them, at the snapshot's revision."""
+
+    members: tuple[Joiner, ...]
+    """The first ``max_nodes`` joined keys, in key order: rank = position."""
+    master: tuple[str, int] | None
+    """The address the first of them advertised (rank 0's ``MASTER_ADDR/PORT``)."""
+    joins_mod: int
+    """Mod revision of the round's ``joins`` key (every join rewrites it) when read."""
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """What one node sees of the rendezvous at one etcd revision."""
 
@@ -60,6 +80,10 @@ class Snapshot:
     last_call_mod: int
     waiting: bool
     """This node's wait-list key exists."""
+    last_call_mine: bool = False
+    """This node set the current last call (it completes the round when the call ends)."""
+    roster: Roster | None = None
+    """Who joined, read at ``revision`` (``Kind.ROSTER``): what a completion is built from."""
     membership: Membership | None = None
     """Filled by the reader when ``completed`` and ``my_create``: this node's rank, if any."""
 
@@ -92,8 +116,12 @@ class Kind(StrEnum):
     """Move the pointer from ``round`` to ``round + 1`` (if unchanged) and leave ``round``."""
     LAST_CALL = "last-call"
     """Set ``round``'s last-call deadline to ``deadline``."""
+    ROSTER = "roster"
+    """Read who joined ``round`` (with the snapshot), then decide again: a completion is built
+    from it. One node reads it per round, not every node (see ``decide``)."""
     COMPLETE = "complete"
-    """Write ``round``'s completion (create-only; fenced on the last-call mod revision)."""
+    """Write ``round``'s completion and rank table from ``Snapshot.roster`` (create-only;
+    fenced on the last-call mod revision)."""
     WAIT_LIST = "wait-list"
     """Put our wait-list key (and drop a joined key of a round that completed without us)."""
     WAIT = "wait"
@@ -145,13 +173,25 @@ def decide(snap: Snapshot, ctx: Context, now: float) -> Action:
     if not snap.my_create:
         return Action(Kind.JOIN, p, fence=snap.round_mod)
     if snap.joined >= ctx.max_nodes:
-        return Action(Kind.COMPLETE, p, fence=snap.last_call_mod)
+        # Only the join that fills the round sees this at once (and a node re-checking in the
+        # moment before the completion lands).
+        return _complete(snap)
     wake = min(ctx.join_deadline, now + ctx.recheck_interval)
     if snap.joined >= ctx.min_nodes:
         # Every join past min_nodes restarts the last call (torch's semantics): the joiner does it.
         if snap.last_call is None or snap.last_call_mod < snap.my_create:
             return Action(Kind.LAST_CALL, p, deadline=now + ctx.last_call_timeout)
-        if now >= snap.last_call:
-            return Action(Kind.COMPLETE, p, fence=snap.last_call_mod)
-        wake = min(wake, snap.last_call)
+        # When the call ends, its setter completes the round; the others wait one re-check
+        # interval more before they step in (it died), so that a roster is read once, not by
+        # every node at the same instant.
+        end = snap.last_call if snap.last_call_mine else snap.last_call + ctx.recheck_interval
+        if now >= end:
+            return _complete(snap)
+        wake = min(wake, end)
     return Action(Kind.WAIT, p, deadline=wake)
+
+
+def _complete(snap: Snapshot) -> Action:
+    if snap.roster is None:
+        return Action(Kind.ROSTER, snap.round)
+    return Action(Kind.COMPLETE, snap.round, fence=snap.last_call_mod)

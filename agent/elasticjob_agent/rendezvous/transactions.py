@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from elasticjob_agent.rendezvous import rank_table
 from elasticjob_agent.rendezvous.state import Action, Kind, Snapshot
 from elasticjob_agent.rendezvous.wire import RendezvousKeys, encode
 
@@ -77,6 +78,7 @@ def _join_writes(
     return (
         Put(keys.joined(p, node), encode(node=node, addr=addr, port=port), on_lease=True),
         Delete(keys.waiting(node)),
+        Put(keys.joins(p), encode()),
     )
 
 
@@ -91,7 +93,7 @@ def transaction(
 
     ``advertise`` is the (address, port) the node offers as the round's master if it becomes
     rank 0 (written with its join; only a join needs it). ``ValueError`` for actions that are
-    not transactions (``WAIT``, ``FINISH``, ``CLOSED``, ``TIMEOUT``).
+    not transactions (``WAIT``, ``ROSTER``, ``FINISH``, ``CLOSED``, ``TIMEOUT``).
     """
     p, k = action.round, keys
     if action.kind is Kind.JOIN:
@@ -111,18 +113,27 @@ def transaction(
             raise ValueError("a last-call action needs a deadline")
         return Txn(
             (_version(k.complete(p), 0),),
-            (Put(k.last_call(p), encode(deadline=action.deadline)),),
+            (Put(k.last_call(p), encode(deadline=action.deadline, by=node)),),
             p,
         )
     if action.kind is Kind.COMPLETE:
+        if snap.roster is None or snap.round != p:
+            raise ValueError("a completion is built from the roster of its round's snapshot")
+        record, buckets = rank_table.table(snap.roster, p)
+        tables = tuple(
+            Put(k.ranks(p, b), rank_table.encode_bucket(entries)) for b, entries in buckets.items()
+        )
         return Txn(
             (
                 _version(k.complete(p), 0),
                 _version(k.closed, 0),
                 _mod(k.round, snap.round_mod),
                 _mod(k.last_call(p), action.fence),
+                # No join since the roster was read: the members are exactly the round's
+                # first joined keys as of the completion (less any that died meanwhile).
+                _mod(k.joins(p), snap.roster.joins_mod),
             ),
-            (Put(k.complete(p), encode(round=p)),),
+            (*tables, Put(k.complete(p), rank_table.encode_record(record))),
             p,
         )
     if action.kind is Kind.WAIT_LIST:

@@ -4,13 +4,20 @@ Layout under ``<prefix>/<run_id>/rdzv`` (``R`` below):
 
 - ``R/ctl/closed``           ``{"v": 1}``: the rendezvous is closed (final).
 - ``R/ctl/round``            ``{"v": 1, "round": p}``: the current round; absent means round 0.
-- ``R/ctl/complete/<p>``     ``{"v": 1, "round": p}``: round ``p`` completed (create-only). The
-  members are the first ``max_nodes`` joined keys of round ``p`` in key order that existed at
-  revision ``mod_revision - 1`` of this key (historical reads make that exact); a node's rank
-  is the number of member keys before its own.
-- ``R/rounds/<p>/joined/<node>``  ``{"v": 1, "node": ...}``, on the node's lease.
-- ``R/rounds/<p>/last-call``      ``{"v": 1, "deadline": unix_time}``: written by each joiner
-  once ``min_nodes`` are in, so the last call runs from the last join.
+- ``R/ctl/complete/<p>``     ``{"v": 1, "round": p, "world": W, "buckets": B, "last": node,
+  "master": [addr, port]}``: round ``p`` completed (create-only). The members are the first
+  ``max_nodes`` joined keys of round ``p`` in key order, as the completer read them; ``last`` is
+  the last of them, ``master`` what the first one advertised. Written in one transaction with:
+- ``R/rounds/<p>/ranks/<b>``     ``{"v": 1, "ranks": {node: [rank, create_revision]}}``: the
+  rank table, in ``B`` buckets by ``crc32(node) % B`` (``rank_table.py``): each node reads its
+  own bucket, never the whole round.
+- ``R/rounds/<p>/joined/<node>``  ``{"v": 1, "node": ..., "addr": ..., "port": ...}``, on the
+  node's lease.
+- ``R/rounds/<p>/joins``          ``{"v": 1}``: rewritten by every join; a completion compares
+  its mod revision with the one its roster was read with, so no join slips in between.
+- ``R/rounds/<p>/last-call``      ``{"v": 1, "deadline": unix_time, "by": node}``: written by
+  each joiner once ``min_nodes`` are in, so the last call runs from the last join; its writer
+  completes the round when it ends.
 - ``R/rounds/<p>/store/<key>``    the round's ``torch.distributed.Store``.
 - ``R/waiting/<node>``       ``{"v": 1, "node": ...}``, on the node's lease: the wait list.
 - ``R/torch-state``          the opaque state of torch's ``DynamicRendezvousHandler`` when it
@@ -72,6 +79,12 @@ class RendezvousKeys:
 
     def joined(self, p: int, node: str) -> bytes:
         return self._b(f"rounds/{p}/joined/{node}")
+
+    def joins(self, p: int) -> bytes:
+        return self._b(f"rounds/{p}/joins")
+
+    def ranks(self, p: int, bucket: int) -> bytes:
+        return self._b(f"rounds/{p}/ranks/{bucket}")
 
     def last_call(self, p: int) -> bytes:
         return self._b(f"rounds/{p}/last-call")

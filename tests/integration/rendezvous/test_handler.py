@@ -248,6 +248,24 @@ def test_corrupt_state_raises_state_error(
         h.next_rendezvous()
 
 
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("rounds/0/ranks/0", '{"v": 1, "ranks": ["node-000"]}', "rounds/0/ranks/0"),
+        ("ctl/complete/0", '{"v": 1, "round": 0}', "ctl/complete/0.*'master'"),
+    ],
+)
+def test_a_corrupt_rank_table_or_completion_record_is_a_state_error(
+    handlers: Handlers, etcd_server_session: EtcdServer, key: str, value: str, message: str
+) -> None:
+    (first,) = handlers(1, min_nodes=1, max_nodes=1)
+    assert first.next_rendezvous().rank == 0
+    etcd_server_session.etcdctl("put", f"/elasticjob/{handlers.run_id}/rdzv/{key}", value)
+    (second,) = handlers(1, min_nodes=1, max_nodes=1)
+    with pytest.raises(RendezvousStateError, match=message):
+        second.next_rendezvous()
+
+
 def test_torch_dynamic_handler_runs_on_our_backend(etcd_server_session: EtcdServer) -> None:
     run_id = new_run_id()
     params = RendezvousParameters(

@@ -5,23 +5,23 @@ An in-memory fake at our own boundary. Each action is turned into a ``Txn`` by t
 builders the executor uses (``elasticjob_agent.rendezvous.transactions``); ``apply`` evaluates
 its compares on the model's keys (versions, mod revisions, values, leases) and applies its writes
 atomically at one new revision, as etcd does. The snapshot is read back from the same keys with
-the wire decoders. A completion freezes the joined keys of its round, which is what a historical
-read at ``completion revision - 1`` returns in etcd.
+the wire decoders. A completion is recorded with the members its rank table published.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from elasticjob_agent.rendezvous import transactions
+from elasticjob_agent.rendezvous import rank_table, transactions
 from elasticjob_agent.rendezvous.state import (
     Action,
     Context,
-    Membership,
+    Joiner,
+    Roster,
     Snapshot,
 )
 from elasticjob_agent.rendezvous.transactions import Compare, Delete, Put, Target, Txn
-from elasticjob_agent.rendezvous.wire import RendezvousKeys, decode_float, decode_int
+from elasticjob_agent.rendezvous.wire import RendezvousKeys, decode, decode_float, decode_int
 
 KEYS = RendezvousKeys("/model/run/rdzv")
 ADVERTISE = ("10.0.0.1", 29500)
@@ -41,7 +41,11 @@ class Completion:
     round: int
     revision: int
     members: tuple[str, ...]
-    """Node ids of the round's joined keys at ``revision - 1``, in key order."""
+    """Node ids of the members its rank table published, by rank."""
+    joined: tuple[tuple[str, int], ...]
+    """(node id, create revision) of the round's joined keys just before it."""
+    table: dict[str, int]
+    """node id -> create revision of the joined key each member's entry names."""
 
 
 @dataclass
@@ -88,9 +92,9 @@ class ModelEtcd:
         if not txn.success:
             return True
         self.rev += 1
+        self._on_txn(txn)
         for w in txn.success:
             if isinstance(w, Put):
-                self._on_put(w.key)
                 old = self.kv.get(w.key)
                 self.kv[w.key] = Entry(
                     w.value,
@@ -103,17 +107,29 @@ class ModelEtcd:
                 self.kv.pop(w.key, None)
         return True
 
-    def _on_put(self, key: bytes) -> None:
-        """Record completions and the close for the invariant checks (before the write lands:
-        the members are the joined keys as of the revision before the completion)."""
+    def _on_txn(self, txn: Txn) -> None:
+        """Record completions and the close for the invariant checks (before the writes land)."""
         k = self.keys
-        if key == k.closed and k.closed not in self.kv:
+        written = {w.key: w.value for w in txn.success if isinstance(w, Put)}
+        if k.closed in written and k.closed not in self.kv:
             self.closed_at = self.rev
         prefix = k.complete(0)[:-1]
-        if key.startswith(prefix):
-            p = int(key[len(prefix) :])
-            members = tuple(self.joined(p))
-            self.completions.setdefault(p, []).append(Completion(p, self.rev, members))
+        for key, value in written.items():
+            if not key.startswith(prefix):
+                continue
+            record = rank_table.decode_record(key, value)
+            entries: dict[str, tuple[int, int]] = {}
+            for b in range(record.buckets):
+                bucket = k.ranks(record.round, b)
+                for n, (rank, create) in decode(bucket, written[bucket])["ranks"].items():
+                    entries[n] = (rank, create)
+            members = tuple(sorted(entries, key=lambda n: entries[n][0]))
+            joined = tuple(
+                (n, self.kv[k.joined(record.round, n)].create) for n in self.joined(record.round)
+            )
+            table = {n: c for n, (_, c) in entries.items()}
+            completion = Completion(record.round, self.rev, members, joined, table)
+            self.completions.setdefault(record.round, []).append(completion)
 
     # --- reads ----------------------------------------------------------------------------
 
@@ -124,7 +140,8 @@ class ModelEtcd:
     def ctl_changed_since(self, revision: int) -> bool:
         return any(k.startswith(self.keys.ctl) and e.mod > revision for k, e in self.kv.items())
 
-    def snapshot(self, node: str, lease: int, max_nodes: int) -> Snapshot:
+    def snapshot(self, node: str, lease: int, max_nodes: int, roster: bool = False) -> Snapshot:
+        """What the executor reads; with ``roster``, who joined too (``Kind.ROSTER``)."""
         k = self.keys
         pointer = self.kv.get(k.round)
         p = decode_int(k.round, pointer.value, "round") if pointer else 0
@@ -134,11 +151,30 @@ class ModelEtcd:
         my_create = mine.create if mine and mine.lease == lease else 0
         membership = None
         if complete is not None:
-            decode_int(k.complete(p), complete.value, "round")
-            (c,) = [c for c in self.completions[p] if c.revision == complete.create]
-            world = min(len(c.members), max_nodes)
-            rank = c.members.index(node) if my_create and node in c.members else max_nodes
-            membership = Membership(rank, world, c.revision - 1, b"")
+            record = rank_table.decode_record(k.complete(p), complete.value)
+            bucket_key = k.ranks(p, rank_table.bucket_of(node, record.buckets))
+            stored = self.kv.get(bucket_key)
+            entry = rank_table.decode_entry(bucket_key, stored.value if stored else None, node)
+            membership = rank_table.membership(
+                k,
+                record,
+                entry,
+                node=node,
+                my_create=my_create,
+                max_nodes=max_nodes,
+                revision=complete.mod,
+            )
+        listed = None
+        if roster:
+            names = self.joined(p)[:max_nodes]
+            first = self.kv[k.joined(p, names[0])] if names else None
+            master = None
+            if first is not None:
+                data = decode(k.joined(p, names[0]), first.value)
+                master = (data["addr"], data["port"])
+            members = tuple(Joiner(n, self.kv[k.joined(p, n)].create) for n in names)
+            joins = self.kv.get(k.joins(p))
+            listed = Roster(members, master, joins.mod if joins else 0)
         return Snapshot(
             revision=self.rev,
             closed=k.closed in self.kv,
@@ -152,6 +188,10 @@ class ModelEtcd:
             else None,
             last_call_mod=last_call.mod if last_call else 0,
             waiting=k.waiting(node) in self.kv,
+            last_call_mine=(
+                last_call is not None and decode(k.last_call(p), last_call.value).get("by") == node
+            ),
+            roster=listed,
             membership=membership,
         )
 

@@ -125,6 +125,9 @@ class Schedule:
                 assert snap.closed
             node.failures.append(action.kind)
             node.ctx, node.snap = None, None
+        elif action.kind is Kind.ROSTER:
+            node.snap = self.etcd.snapshot(node.id, node.lease, self.max, roster=True)
+            node.epoch = self.epoch
         elif action.kind is Kind.WAIT:
             assert action.deadline is not None and action.deadline > self.now
             if self.etcd.ctl_changed_since(snap.revision) or self.rng.random() < 0.1:
@@ -157,6 +160,15 @@ class Schedule:
         where = f"seed={self.seed} step={self.steps}"
         for p, completions in self.etcd.completions.items():
             assert len(completions) <= 1, f"round {p} completed twice: {where}"
+            for c in completions:
+                # Ranks follow key order; every member's entry names a key that joined the
+                # round (it may have died since); nobody joined is skipped before a member.
+                assert list(c.members) == sorted(c.members), f"ranks out of key order: {where}"
+                joined = dict(c.joined)
+                for n in c.members:
+                    assert joined.get(n, c.table[n]) == c.table[n], f"stale key of {n}: {where}"
+                missing = [n for n in joined if n not in c.table and n < c.members[-1]]
+                assert not missing, f"skipped {missing}: {where}"
             if self.etcd.closed_at is not None:
                 for c in completions:
                     assert c.revision < self.etcd.closed_at, f"completed after close: {where}"

@@ -5,7 +5,15 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from elasticjob_agent.rendezvous.state import Context, Kind, Membership, Snapshot, decide
+from elasticjob_agent.rendezvous.state import (
+    Context,
+    Joiner,
+    Kind,
+    Membership,
+    Roster,
+    Snapshot,
+    decide,
+)
 
 NOW = 1000.0
 CTX = Context(
@@ -31,14 +39,22 @@ JOINED = replace(OPEN, joined=1, my_create=9)
 MEMBER = Membership(rank=1, world_size=2, revision=9, members_end=b"z")
 OUTSIDER = Membership(rank=3, world_size=3, revision=9, members_end=b"z")
 DONE = replace(OPEN, completed=True, joined=2, my_create=8, membership=MEMBER)
+ROSTER = Roster((Joiner("a", 8), Joiner("b", 9)), ("10.0.0.1", 29500), joins_mod=9)
 
 CASES = [
     ("closed beats everything", replace(DONE, closed=True), CTX, Kind.CLOSED, None),
     ("not joined: join", OPEN, CTX, Kind.JOIN, None),
     ("join fences on the pointer", OPEN, CTX, Kind.JOIN, 7),
     ("alone below min: wait", JOINED, CTX, Kind.WAIT, NOW + 2.0),
-    ("at max: complete now", replace(JOINED, joined=3), CTX, Kind.COMPLETE, 0),
-    ("over max: complete now", replace(JOINED, joined=5), CTX, Kind.COMPLETE, 0),
+    ("at max: read who joined", replace(JOINED, joined=3), CTX, Kind.ROSTER, None),
+    ("over max: read who joined", replace(JOINED, joined=5), CTX, Kind.ROSTER, None),
+    (
+        "at max, roster read: complete now",
+        replace(JOINED, joined=3, roster=ROSTER),
+        CTX,
+        Kind.COMPLETE,
+        0,
+    ),
     ("min reached: start last call", replace(JOINED, joined=2), CTX, Kind.LAST_CALL, NOW + 5),
     (
         "a later join restarts the last call",
@@ -48,15 +64,50 @@ CASES = [
         NOW + 5,
     ),
     (
-        "last call running: wait until it ends",
-        replace(JOINED, joined=2, last_call=NOW + 1, last_call_mod=11),
+        "last call running, set by us: wait until it ends",
+        replace(JOINED, joined=2, last_call=NOW + 1, last_call_mod=11, last_call_mine=True),
         CTX,
         Kind.WAIT,
         NOW + 1,
     ),
     (
-        "last call over: complete, fenced on it",
+        "last call running, set by another: wait until one re-check interval after it",
+        replace(JOINED, joined=2, last_call=NOW + 0.5, last_call_mod=11),
+        replace(CTX, recheck_interval=1.0),
+        Kind.WAIT,
+        NOW + 1,
+    ),
+    (
+        "last call over, set by another node: wait one re-check interval for its setter",
         replace(JOINED, joined=2, last_call=NOW - 1, last_call_mod=11),
+        CTX,
+        Kind.WAIT,
+        NOW + 1,
+    ),
+    (
+        "last call over, its setter gone quiet: read who joined",
+        replace(JOINED, joined=2, last_call=NOW - 3, last_call_mod=11),
+        CTX,
+        Kind.ROSTER,
+        None,
+    ),
+    (
+        "last call over, set by us: read who joined",
+        replace(JOINED, joined=2, last_call=NOW - 1, last_call_mod=11, last_call_mine=True),
+        CTX,
+        Kind.ROSTER,
+        None,
+    ),
+    (
+        "last call over, roster read: complete, fenced on the call",
+        replace(
+            JOINED,
+            joined=2,
+            last_call=NOW - 1,
+            last_call_mod=11,
+            last_call_mine=True,
+            roster=ROSTER,
+        ),
         CTX,
         Kind.COMPLETE,
         11,

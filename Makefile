@@ -79,6 +79,12 @@ bench: setup cluster-build
 sync-chart:
 	scripts/sync-chart.sh
 
+# etcd of the operator's etcd image as a host binary ($(ELASTICJOB_CACHE)/bin/etcd-<version>,
+# built once with Go): the rendezvous benchmark's --etcd-binary (bench/RESULTS.md).
+.PHONY: etcd-release
+etcd-release: setup
+	@localcluster/images/build.sh --etcd-release
+
 # The container images of the local cluster (pause, CoreDNS, etcd, the operator from Dockerfile,
 # the training example), built without a registry into $(ELASTICJOB_CACHE)/images, cached by
 # content (a second run builds nothing); see docs/packaging.md.

@@ -155,6 +155,9 @@ class Case:
     freeze_setup: bool = False
     """ours: exempt the set-up's objects (N / workers clients per process) from Python's
     cyclic GC before the start signal, as in an agent, whose process holds one client."""
+    no_gc: bool = False
+    """ours: also turn the cyclic GC off from the start signal to the end of the window (an
+    attribution run: what the packed layout's GC costs per node)."""
 
     def endpoints(self) -> Any:
         if self.tls_dir is None:
@@ -323,6 +326,10 @@ def _ours(case: Case, nodes: list[str], ready: Connection, start: Any) -> list[N
         if case.freeze_setup:
             gc.collect()
             gc.freeze()
+        if case.no_gc:
+            # Each worker holds N / workers nodes' objects, so every collection scans the
+            # other nodes' objects too: a cost that grows with N here and not in an agent.
+            gc.disable()
         ready.send("ready")
         await asyncio.get_running_loop().run_in_executor(None, _wait_start, start)
 
@@ -406,6 +413,7 @@ def _ours(case: Case, nodes: list[str], ready: Connection, start: Any) -> list[N
         # Measured up to here: the clean-up below (watch cancellations, lease revocations,
         # closing the clients) happens outside the case's window, once every worker is done.
         ready.send((results, _cpu() - _START_CPU[0]))
+        gc.enable()
         if ready.recv() != "cleanup":
             raise RuntimeError("expected cleanup")
         try:
@@ -602,7 +610,7 @@ class Etcd:
     present a certificate of a CA made here (``tls_dir`` holds ``ca.crt``, ``client.crt`` and
     ``client.key``)."""
 
-    def __init__(self, tls: bool = False) -> None:
+    def __init__(self, tls: bool = False, binary: str | None = None) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="ej-bench-etcd-", dir="/dev/shm"))
         self.port, peer, self.metrics_port = free_port(), free_port(), free_port()
         scheme = "https" if tls else "http"
@@ -629,9 +637,12 @@ class Etcd:
                 f"--cert={files / pki.CLIENT_CERT}",
                 f"--key={files / pki.CLIENT_KEY}",
             ]
-        binary = shutil.which("etcd")
+        binary = binary or shutil.which("etcd")
         if binary is None:
             raise SystemExit("etcd not found: run scripts/setup.sh")
+        self.version = subprocess.run(
+            [binary, "--version"], capture_output=True, text=True, check=True
+        ).stdout.splitlines()[0]
         self.proc = subprocess.Popen(
             [
                 binary,
@@ -923,6 +934,18 @@ def main() -> int:
         "before the start signal: an agent's process holds one client, not N/workers",
     )
     parser.add_argument(
+        "--no-gc",
+        action="store_true",
+        help="ours: with --freeze-setup, also turn Python's cyclic GC off in the workers during "
+        "the measured window: separates the packed layout's GC cost from the agent's own work",
+    )
+    parser.add_argument(
+        "--etcd-binary",
+        default=None,
+        help="the etcd server to run (default: `etcd` on PATH); e.g. the release the operator "
+        "deploys, built by `make etcd-release`",
+    )
+    parser.add_argument(
         "--etcd-profile",
         type=float,
         default=0.0,
@@ -967,8 +990,9 @@ def main() -> int:
     ctx = mp.get_context("spawn")
     start = ctx.Event()
     pool: list[tuple[Any, Connection]] = []
-    etcd = Etcd()
-    tls_etcd = Etcd(tls=True) if "ours-tls" in candidates else None
+    etcd = Etcd(binary=args.etcd_binary)
+    tls_etcd = Etcd(tls=True, binary=args.etcd_binary) if "ours-tls" in candidates else None
+    print(f"server: {etcd.version}", flush=True)
     rows: list[Row] = []
     hung = 0
     if args.profile:
@@ -998,6 +1022,7 @@ def main() -> int:
                         request_timeout=args.request_timeout,
                         etcd_profile=args.etcd_profile,
                         freeze_setup=args.freeze_setup,
+                        no_gc=args.no_gc,
                     )
                     # Fresh worker processes for every case: grpc's asyncio layer is bound
                     # to one event loop per process, and a case must not inherit the last

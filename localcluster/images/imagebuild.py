@@ -563,20 +563,38 @@ def _go_version() -> str:
     return run(["go", "env", "GOVERSION"], env=_go_env()).strip()
 
 
-def etcd_build(ctx: Context) -> None:
-    context = _build_context(ctx, "etcd")
-    v = ETCD_VERSION
+def _etcd_modules() -> list[str]:
     # go.etcd.io/etcd/v3 (the repository's root module) ties the server, etcdctl and etcdutl
     # modules of one release together; the etcd main itself is go.etcd.io/etcd/server/v3.
+    v = ETCD_VERSION
+    return [
+        f"go.etcd.io/etcd/v3@{v}",
+        f"go.etcd.io/etcd/server/v3@{v}",
+        f"go.etcd.io/etcd/etcdctl/v3@{v}",
+        f"go.etcd.io/etcd/etcdutl/v3@{v}",
+    ]
+
+
+def etcd_release_binary(ctx: Context) -> Path:
+    """The etcd server of the image's release as a host binary,
+    ``$ELASTICJOB_CACHE/bin/etcd-<version>`` (built once): what the rendezvous benchmark runs
+    to measure the etcd the operator deploys (``--etcd-binary``)."""
+    binary = ctx.paths.root.parent / "bin" / f"etcd-{ETCD_VERSION}"
+    if binary.is_file():
+        return binary
+    staging = ctx.paths.work / "etcd-release"
+    _go_build(ctx, "etcd-release", _etcd_modules(), {"etcd": "go.etcd.io/etcd/server/v3"}, staging)
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(staging / "etcd", binary)
+    return binary
+
+
+def etcd_build(ctx: Context) -> None:
+    context = _build_context(ctx, "etcd")
     _go_build(
         ctx,
         "etcd",
-        [
-            f"go.etcd.io/etcd/v3@{v}",
-            f"go.etcd.io/etcd/server/v3@{v}",
-            f"go.etcd.io/etcd/etcdctl/v3@{v}",
-            f"go.etcd.io/etcd/etcdutl/v3@{v}",
-        ],
+        _etcd_modules(),
         {
             "etcd": "go.etcd.io/etcd/server/v3",
             "etcdctl": "go.etcd.io/etcd/etcdctl/v3",
@@ -726,6 +744,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="CA bundle that pip trusts during builds (mounted, never copied into an image); "
         "'auto': this machine's bundle when it has extra CAs; 'none': pip's own",
     )
+    parser.add_argument(
+        "--etcd-release",
+        action="store_true",
+        help=f"build no image: print the path of etcd {ETCD_VERSION} as a host binary, built "
+        "once into $ELASTICJOB_CACHE/bin (the benchmarks' --etcd-binary)",
+    )
     args = parser.parse_args(argv)
     unknown = [name for name in args.images if name not in RECIPES]
     if unknown:
@@ -742,6 +766,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for folder in (paths.root, paths.work, paths.state, paths.archives):
         folder.mkdir(parents=True, exist_ok=True)
     ctx = Context(paths=paths, env=podman_env(paths), ca_bundle=ca_bundle)
+    if args.etcd_release:
+        print(etcd_release_binary(ctx))
+        return 0
     names = args.images or list(RECIPES)
     started = time.monotonic()
     # One build at a time per cache: a second caller waits, then finds its images current.

@@ -32,10 +32,10 @@ class Membership:
     rank: int
     world_size: int
     revision: int
-    """The revision the membership was read at (completion mod revision - 1)."""
+    """The completion's revision."""
     members_end: bytes
     """End of the key range of the members' joined keys: the members are the round's joined
-    keys below it (in key order), as of ``revision``."""
+    keys below it (in key order), as of the completion."""
     master: tuple[str, int] | None = None
     """The address rank 0 advertised in its joined key (the round's ``MASTER_ADDR/PORT``)."""
 
@@ -151,7 +151,8 @@ def decide(snap: Snapshot, ctx: Context, now: float) -> Action:
     if snap.completed:
         m = snap.membership
         if m is not None and m.world_size < ctx.min_nodes:
-            # Members died between the completer's read and its write: the round is void.
+            # Never written by a completer (it counts min_nodes first); a round recorded below
+            # min_nodes is void rather than a group too small to run.
             return Action(Kind.BUMP, p, fence=snap.round_mod)
         if is_member(snap, ctx):
             if ctx.member_of == p:

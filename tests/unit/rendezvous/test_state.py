@@ -157,7 +157,7 @@ CASES = [
         NOW + 2,
     ),
     (
-        "round void (members died before completion): bump",
+        "a round recorded below min_nodes is void: bump",
         replace(DONE, membership=replace(MEMBER, world_size=1)),
         CTX,
         Kind.BUMP,

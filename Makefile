@@ -41,7 +41,8 @@ kueue-build: cluster-build
 # Unit and etcd integration tests only (no Kubernetes needed).
 test-fast: setup
 	@localcluster/build.sh --tools-only
-	$(PY) -m pytest -q -ra tests/unit tests/integration
+	ELASTICJOB_ETCD="$$(localcluster/images/build.sh --etcd-release)" \
+		$(PY) -m pytest -q -ra tests/unit tests/integration
 
 lint: setup
 	.venv/bin/ruff check .
@@ -80,7 +81,8 @@ sync-chart:
 	scripts/sync-chart.sh
 
 # etcd of the operator's etcd image as a host binary ($(ELASTICJOB_CACHE)/bin/etcd-<version>,
-# built once with Go): the rendezvous benchmark's --etcd-binary (bench/RESULTS.md).
+# built once with Go): what the integration tests run (scripts/test.sh) and the rendezvous
+# benchmark's --etcd-binary (bench/RESULTS.md).
 .PHONY: etcd-release
 etcd-release: setup
 	@localcluster/images/build.sh --etcd-release

@@ -6,6 +6,10 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 py=.venv/bin/python
+# The integration suites run the etcd release the operator deploys (built once, cached).
+ELASTICJOB_ETCD="$(localcluster/images/build.sh --etcd-release)" || exit 1
+export ELASTICJOB_ETCD
+echo "test: integration suites on $("$ELASTICJOB_ETCD" --version | head -1)" >&2
 log="$(mktemp -t elasticjob-e2e.XXXXXX.log)"
 SECONDS=0
 "$py" -m pytest -q -ra "$@" tests/e2e >"$log" 2>&1 &

@@ -92,6 +92,19 @@ def make_tls_material(directory: Path) -> TlsMaterial:
     )
 
 
+def etcd_binary() -> str:
+    """The etcd server the tests run: the release the operator deploys (scripts/test.sh sets
+    ``ELASTICJOB_ETCD`` from `make etcd-release`), else the one on PATH (Debian's, `make
+    setup`) for a bare `pytest`."""
+    binary = os.environ.get("ELASTICJOB_ETCD") or shutil.which("etcd")
+    if binary is None or not os.access(binary, os.X_OK):
+        raise RuntimeError(
+            f"etcd binary not found ({binary or 'none on PATH'}): run `make etcd-release` and "
+            "set ELASTICJOB_ETCD to the path it prints, or scripts/setup.sh (etcd-server)"
+        )
+    return binary
+
+
 class EtcdServer:
     """One etcd member on loopback, with its data in a private temporary directory.
 
@@ -105,10 +118,7 @@ class EtcdServer:
         extra_args: tuple[str, ...] = (),
         tls: TlsMaterial | None = None,
     ) -> None:
-        binary = shutil.which("etcd")
-        if binary is None:
-            raise RuntimeError("etcd binary not found on PATH: run scripts/setup.sh (etcd-server)")
-        self.binary = binary
+        self.binary = etcd_binary()
         self.host = "127.0.0.1"
         self.port = free_port()
         self.peer_port = free_port()

@@ -22,7 +22,7 @@ import pytest
 from elasticjob_agent.protocol.keys import JobKeys
 from elasticjob_operator import manifests, pki, probes, seeding
 
-from tests.integration.conftest import free_port
+from tests.integration.conftest import etcd_binary, free_port
 from tests.unit.operator.opfixtures import job_spec
 
 SERVICE = "demo-etcd.ns.svc"
@@ -36,9 +36,7 @@ class TlsEtcd:
 
 
 def _etcd_command(folder: Path, port: int, peer: int) -> list[str]:
-    binary = shutil.which("etcd")
-    if binary is None:
-        raise RuntimeError("etcd binary not found on PATH: run scripts/setup.sh (etcd-server)")
+    binary = etcd_binary()
     # The managed etcd pod's flags (manifests.build_etcd_pod), on loopback ports.
     pod = manifests.build_etcd_pod(manifests.JobRef("ns", "demo", "u"), job_spec(), 0)
     tls_flags = [

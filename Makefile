@@ -41,8 +41,8 @@ kueue-build: cluster-build
 # Unit and etcd integration tests only (no Kubernetes needed).
 test-fast: setup
 	@localcluster/build.sh --tools-only
-	ELASTICJOB_ETCD="$$(localcluster/images/build.sh --etcd-release)" \
-		$(PY) -m pytest -q -ra tests/unit tests/integration
+	etcd="$$(localcluster/images/build.sh --etcd-release)" && \
+		ELASTICJOB_ETCD="$$etcd" $(PY) -m pytest -q -ra tests/unit tests/integration
 
 lint: setup
 	.venv/bin/ruff check .

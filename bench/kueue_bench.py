@@ -48,7 +48,7 @@ from elasticjob_localcluster import (  # noqa: E402
     start_cluster,
     stop_cluster,
 )
-from elasticjob_localcluster.kueue import MANAGED_NAMESPACE_LABEL, start_kueue  # noqa: E402
+from elasticjob_localcluster.kueue import MANAGED_NAMESPACE_LABEL  # noqa: E402
 
 
 def wait(what: str, predicate: Callable[[], Any], timeout: float = 180, every: float = 0.2) -> Any:
@@ -253,7 +253,7 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     operator: subprocess.Popen[bytes] | None = None
     try:
-        start_kueue(cluster)
+        cluster.start_kueue()
         setup(cluster)
         operator = start_operator(cluster, work / "operator.log", [QUEUED_NS, PLAIN_NS])
         results: dict[str, list[Any]] = {}

@@ -8,8 +8,8 @@ the plain-pod integration for namespaces labelled :data:`MANAGED_NAMESPACE_LABEL
 
 The pure parts (:func:`kueue_configuration`, :func:`webhook_configurations`) build the objects;
 the class does the I/O. The cluster process owns the Kueue process (``serve --kueue``, or the
-control operations ``kueue_start`` / ``kueue_stop`` that :func:`start_kueue` and
-:func:`stop_kueue` send), so it dies with the cluster.
+control operations ``kueue_start`` / ``kueue_stop`` that ``LocalCluster.start_kueue`` and
+``LocalCluster.stop_kueue`` send), so it dies with the cluster.
 """
 
 from __future__ import annotations
@@ -30,14 +30,11 @@ import urllib.request
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
 from .config import cache_dir, repo_root, tool_path
-
-if TYPE_CHECKING:
-    from .handle import LocalCluster
 
 #: The Kueue release ``localcluster/kueue/build.sh`` builds (keep the two in step).
 KUEUE_VERSION = "v0.17.1"
@@ -360,21 +357,3 @@ def _module_webhook_manifests(built: Path) -> list[dict[str, Any]]:
     """The webhook manifests of the Kueue version built (build.sh copies them from the module)."""
     path = built / "webhook" / "manifests.yaml"
     return [d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict)]
-
-
-# -- from tests and the CLI ----------------------------------------------------------------------
-
-
-def start_kueue(cluster: LocalCluster) -> dict[str, Any]:
-    """Ask the cluster process to start Kueue (idempotent); returns its info."""
-    result: dict[str, Any] = cluster._control({"op": "kueue_start"})
-    return result
-
-
-def stop_kueue(cluster: LocalCluster) -> None:
-    """Ask the cluster process to stop Kueue (its webhooks stay registered)."""
-    cluster._control({"op": "kueue_stop"})
-
-
-def kueue_running(cluster: LocalCluster) -> bool:
-    return bool(cluster._control({"op": "kueue_running"}))

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from elasticjob_agent.protocol.health import DEFAULT_HEALTH_PORT
@@ -37,30 +36,7 @@ SHM_VOLUME = "elasticjob-shm"
 SHM_PATH = "/dev/shm"
 
 
-@dataclass(frozen=True)
-class JobRef:
-    """The identity of the owning ``ElasticJob``."""
-
-    namespace: str
-    name: str
-    uid: str
-
-    @property
-    def run_id(self) -> str:
-        return names.run_id(self.namespace, self.name, self.uid)
-
-    def owner_reference(self) -> dict[str, Any]:
-        return {
-            "apiVersion": names.API_VERSION,
-            "kind": names.KIND,
-            "name": self.name,
-            "uid": self.uid,
-            "controller": True,
-            "blockOwnerDeletion": True,
-        }
-
-
-def rdzv_endpoints(job: JobRef, spec: JobSpec) -> tuple[str, ...]:
+def rdzv_endpoints(job: names.JobRef, spec: JobSpec) -> tuple[str, ...]:
     """etcd client endpoints the agents use: the managed Service or the external list, as
     ``https://host:port`` when the job's etcd speaks TLS (never silently downgraded)."""
     if spec.etcd.mode is EtcdMode.EXTERNAL:
@@ -71,7 +47,7 @@ def rdzv_endpoints(job: JobRef, spec: JobSpec) -> tuple[str, ...]:
     return tuple(f"https://{h}" for h in hosts) if spec.etcd.tls else hosts
 
 
-def etcd_tls_secret(job: JobRef, spec: JobSpec) -> str | None:
+def etcd_tls_secret(job: names.JobRef, spec: JobSpec) -> str | None:
     """The Secret with the client certificate the job's agents present, if its etcd is TLS."""
     if not spec.etcd.tls:
         return None
@@ -80,7 +56,7 @@ def etcd_tls_secret(job: JobRef, spec: JobSpec) -> str | None:
     return names.etcd_tls_secret_name(job.name)
 
 
-def build_etcd_tls_secret(job: JobRef, data: Mapping[str, str]) -> dict[str, Any]:
+def build_etcd_tls_secret(job: names.JobRef, data: Mapping[str, str]) -> dict[str, Any]:
     """The Secret of the managed etcd's certificates (``pki.JobPki.secret_data()``), owned by
     the job: deleted with it, never rewritten while it lives."""
     return {
@@ -125,7 +101,7 @@ def nproc_per_node(spec: JobSpec) -> int:
     return int(spec.nproc_per_node)
 
 
-def build_worker_pod(job: JobRef, spec: JobSpec, index: int, attempt: int) -> dict[str, Any]:
+def build_worker_pod(job: names.JobRef, spec: JobSpec, index: int, attempt: int) -> dict[str, Any]:
     """Worker pod ``index`` (attempt ``attempt``): the template with the trainer under the agent."""
     name = names.worker_pod_name(job.name, index, attempt)
     template = copy.deepcopy(dict(spec.template))
@@ -246,7 +222,7 @@ def _placement(spec: JobSpec) -> dict[str, Any]:
     return placement
 
 
-def build_etcd_pod(job: JobRef, spec: JobSpec, generation: int) -> dict[str, Any]:
+def build_etcd_pod(job: names.JobRef, spec: JobSpec, generation: int) -> dict[str, Any]:
     """The managed single-member etcd of a job; a new generation starts with empty data."""
     name = names.etcd_pod_name(job.name, generation)
     tls = spec.etcd.tls
@@ -359,7 +335,7 @@ def build_etcd_pod(job: JobRef, spec: JobSpec, generation: int) -> dict[str, Any
     }
 
 
-def build_etcd_service(job: JobRef) -> dict[str, Any]:
+def build_etcd_service(job: names.JobRef) -> dict[str, Any]:
     """ClusterIP Service of the managed etcd: agents keep one address across generations."""
     return {
         "apiVersion": "v1",
@@ -384,7 +360,7 @@ def build_etcd_service(job: JobRef) -> dict[str, Any]:
     }
 
 
-def build_workers_service(job: JobRef) -> dict[str, Any]:
+def build_workers_service(job: names.JobRef) -> dict[str, Any]:
     """Headless Service over the workers (stable DNS, and a place to find the health ports)."""
     return {
         "apiVersion": "v1",

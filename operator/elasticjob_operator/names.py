@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import re
+from dataclasses import dataclass
+from typing import Any
 
 from elasticjob_agent.protocol.keys import validate_run_id
 
@@ -99,3 +101,26 @@ def run_id(namespace: str, name: str, uid: str) -> str:
     if len(base) > 200:
         base = base[:180] + "-" + hashlib.sha256(base.encode()).hexdigest()[:12]
     return validate_run_id(f"{base}-{uid.replace('-', '')[:8]}")
+
+
+@dataclass(frozen=True)
+class JobRef:
+    """The identity of the owning ``ElasticJob``."""
+
+    namespace: str
+    name: str
+    uid: str
+
+    @property
+    def run_id(self) -> str:
+        return run_id(self.namespace, self.name, self.uid)
+
+    def owner_reference(self) -> dict[str, Any]:
+        return {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }

@@ -20,7 +20,8 @@ import aiohttp
 
 from . import kueue, manifests, metrics, names, pki, planning, probes
 from .kube import ConflictKubeError, Kube, KubeError, PermanentKubeError
-from .manifests import JobRef, owned_by
+from .manifests import owned_by
+from .names import JobRef
 from .netpol import PolicySettings, build_network_policies
 from .observed import Observed, PodPhase, PodView
 from .spec import EtcdMode, JobSpec, SpecError, parse_spec

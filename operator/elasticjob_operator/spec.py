@@ -12,10 +12,11 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from .kueue import KueueSpec
+from elasticjob_agent.protocol.restarts import JOB_MAX_RESTARTS_DEFAULT
+
+from .kueue_names import EXTRAS_PRIORITY_ANNOTATION, PRIORITY_LABEL, QUEUE_LABEL
 
 TRAINER_CONTAINER = "trainer"
 MIN_PROGRESS_TIMEOUT_SECONDS = 10
@@ -23,8 +24,58 @@ MIN_PROGRESS_TIMEOUT_SECONDS = 10
 slow step on a loaded node is not mistaken for a hang."""
 
 
+_KUEUE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$")
+"""A LocalQueue's or WorkloadPriorityClass's name."""
+
+
 class SpecError(ValueError):
     """The spec cannot be run as written; the message names the field and what to fix."""
+
+
+class KueueSpecError(SpecError):
+    """The job's Kueue settings are contradictory or malformed; the message names the field."""
+
+
+@dataclass(frozen=True)
+class KueueSpec:
+    """How a job is queued (``None`` on ``JobSpec.kueue`` when it is not)."""
+
+    queue_name: str
+    """The LocalQueue in the job's namespace."""
+    priority_class: str | None = None
+    """WorkloadPriorityClass of the core (the job's ``kueue.x-k8s.io/priority-class`` label)."""
+    extras_priority_class: str | None = None
+    """WorkloadPriorityClass of the extras (:data:`EXTRAS_PRIORITY_ANNOTATION`)."""
+
+
+def parse_kueue(spec: Mapping[str, Any], metadata: Mapping[str, Any]) -> KueueSpec | None:
+    """The job's queueing from ``spec.queueName`` and the job's labels/annotations.
+
+    ``spec.queueName`` and the label ``kueue.x-k8s.io/queue-name`` may both be set only to the
+    same value. Raises :class:`KueueSpecError` naming the field otherwise.
+    """
+    labels = metadata.get("labels") or {}
+    annotations = metadata.get("annotations") or {}
+    from_spec = spec.get("queueName")
+    from_label = labels.get(QUEUE_LABEL)
+    for field, value in (("spec.queueName", from_spec), (f"label {QUEUE_LABEL}", from_label)):
+        if value is not None and (not isinstance(value, str) or not _KUEUE_NAME.match(value)):
+            raise KueueSpecError(f"{field} must name a LocalQueue (a DNS label), got {value!r}")
+    if from_spec and from_label and from_spec != from_label:
+        raise KueueSpecError(
+            f"spec.queueName ({from_spec!r}) and the job's label {QUEUE_LABEL} ({from_label!r}) "
+            "disagree: set one of them, or both to the same LocalQueue"
+        )
+    queue = from_spec or from_label
+    if not queue:
+        return None
+    priority = labels.get(PRIORITY_LABEL) or None
+    extras = annotations.get(EXTRAS_PRIORITY_ANNOTATION) or None
+    for field, value in ((f"label {PRIORITY_LABEL}", priority),
+                         (f"annotation {EXTRAS_PRIORITY_ANNOTATION}", extras)):  # fmt: skip
+        if value is not None and not _KUEUE_NAME.match(str(value)):
+            raise KueueSpecError(f"{field} must name a WorkloadPriorityClass, got {value!r}")
+    return KueueSpec(str(queue), priority, extras)
 
 
 class EtcdMode(StrEnum):
@@ -181,7 +232,9 @@ def parse_spec(spec: Mapping[str, Any]) -> JobSpec:
         max_nodes=max_nodes,
         nproc_per_node=nproc,
         device=device,
-        max_restarts=_int(spec, "maxRestarts", "spec.maxRestarts", minimum=0, default=3),
+        max_restarts=_int(
+            spec, "maxRestarts", "spec.maxRestarts", minimum=0, default=JOB_MAX_RESTARTS_DEFAULT
+        ),
         monitor_interval_seconds=float(interval),
         stall_timeout_seconds=_int(
             spec, "stallTimeoutSeconds", "spec.stallTimeoutSeconds", minimum=1, default=300

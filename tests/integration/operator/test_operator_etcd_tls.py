@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from elasticjob_agent.protocol.keys import JobKeys
-from elasticjob_operator import manifests, pki, probes, seeding
+from elasticjob_operator import manifests, names, pki, probes, seeding
 
 from tests.integration.conftest import etcd_binary, free_port
 from tests.unit.operator.opfixtures import job_spec
@@ -38,7 +38,7 @@ class TlsEtcd:
 def _etcd_command(folder: Path, port: int, peer: int) -> list[str]:
     binary = etcd_binary()
     # The managed etcd pod's flags (manifests.build_etcd_pod), on loopback ports.
-    pod = manifests.build_etcd_pod(manifests.JobRef("ns", "demo", "u"), job_spec(), 0)
+    pod = manifests.build_etcd_pod(names.JobRef("ns", "demo", "u"), job_spec(), 0)
     tls_flags = [
         f.replace(manifests.ETCD_SERVER_TLS_DIR, str(folder))
         for f in pod["spec"]["containers"][0]["command"]

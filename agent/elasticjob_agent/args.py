@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from elasticjob_agent.etcd.endpoints import TLS_KEYS, Endpoint, parse_endpoints, tls_from_conf
+from elasticjob_agent.protocol.endpoints import TLS_KEYS, Endpoint, parse_endpoints, tls_from_conf
 from elasticjob_agent.protocol.health import DEFAULT_HEALTH_PORT
 from elasticjob_agent.protocol.keys import DEFAULT_PREFIX, validate_run_id
 from elasticjob_agent.protocol.restarts import TORCHRUN_MAX_RESTARTS_DEFAULT

@@ -32,6 +32,22 @@ ROLE_ETCD = "etcd"
 
 ETCD_CLIENT_PORT = 2379
 ETCD_METRICS_PORT = 2381
+
+# The etcd TLS files, named once. A Secret holds them under these keys (kubernetes.io/tls's
+# names plus the CA), and pods mount them under the same names: the workers the client pair
+# in ETCD_TLS_DIR, the managed etcd its server pair in ETCD_SERVER_TLS_DIR.
+TLS_CA = "ca.crt"
+TLS_CERT = "tls.crt"
+TLS_KEY = "tls.key"
+TLS_FILES = (TLS_CA, TLS_CERT, TLS_KEY)
+TLS_CLIENT_CERT = "client.crt"
+"""The job's own Secret (managed etcd) holds the server pair as ``TLS_CERT``/``TLS_KEY`` and
+the agents' client pair under these two keys."""
+TLS_CLIENT_KEY = "client.key"
+ETCD_TLS_DIR = "/etc/elasticjob/etcd-tls"
+"""Where worker pods mount the etcd client files (``TLS_CA``, ``TLS_CERT``, ``TLS_KEY``)."""
+ETCD_SERVER_TLS_DIR = "/etc/etcd/tls"
+"""Where the managed etcd pod mounts its server files."""
 """Plain-HTTP ``/health`` and ``/metrics`` of the managed etcd (its readiness probe)."""
 HEALTH_PORT_NAME = "health"
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from elasticjob_agent.protocol.endpoints import Endpoint, parse_endpoints
 from elasticjob_agent.protocol.restarts import JOB_MAX_RESTARTS_DEFAULT
 
 from .kueue_names import EXTRAS_PRIORITY_ANNOTATION, PRIORITY_LABEL, QUEUE_LABEL
@@ -103,8 +104,9 @@ class RendezvousSpec:
 @dataclass(frozen=True)
 class EtcdSpec:
     mode: EtcdMode = EtcdMode.MANAGED
-    endpoints: tuple[str, ...] = ()
-    """External mode only: ``host:port`` client endpoints."""
+    endpoints: tuple[Endpoint, ...] = ()
+    """External mode only: the client endpoints, parsed (``host:port`` in the spec; the
+    operator adds TLS from ``tls_secret_name``)."""
     image: str = "quay.io/coreos/etcd:v3.5.17"
     key_prefix: str = "/elasticjob"
     resources: Mapping[str, Any] | None = None
@@ -276,6 +278,24 @@ def _rendezvous(raw: Mapping[str, Any]) -> RendezvousSpec:
     return result
 
 
+def _endpoints(raw: Any) -> tuple[Endpoint, ...]:
+    """``spec.etcd.endpoints``: ``host:port`` entries, read by the agents' own parser."""
+    if not isinstance(raw, list) or not all(isinstance(e, str) for e in raw):
+        raise SpecError(f"spec.etcd.endpoints must be a list of host:port, got {raw!r}")
+    parsed: list[Endpoint] = []
+    for i, text in enumerate(raw):
+        if "://" in text or "," in text:
+            raise SpecError(
+                f"spec.etcd.endpoints[{i}] must be one host:port, got {text!r} (no scheme: "
+                "spec.etcd.tlsSecretName turns TLS on)"
+            )
+        try:
+            parsed.extend(parse_endpoints(text, default_port=None))
+        except ValueError as exc:
+            raise SpecError(f"spec.etcd.endpoints[{i}]: {exc}") from None
+    return tuple(parsed)
+
+
 def _etcd(raw: Mapping[str, Any]) -> EtcdSpec:
     try:
         mode = EtcdMode(raw.get("mode", "Managed"))
@@ -283,12 +303,7 @@ def _etcd(raw: Mapping[str, Any]) -> EtcdSpec:
         raise SpecError(
             f"spec.etcd.mode must be 'Managed' or 'External', got {raw.get('mode')!r}"
         ) from None
-    endpoints = raw.get("endpoints") or []
-    if not isinstance(endpoints, list) or not all(
-        isinstance(e, str) and e.rpartition(":")[2].isdigit() and e.rpartition(":")[0]
-        for e in endpoints
-    ):
-        raise SpecError(f"spec.etcd.endpoints must be a list of host:port, got {endpoints!r}")
+    endpoints = _endpoints(raw.get("endpoints") or [])
     if mode is EtcdMode.EXTERNAL and not endpoints:
         raise SpecError(
             "spec.etcd.endpoints must list at least one host:port when spec.etcd.mode is External"
@@ -321,7 +336,7 @@ def _etcd(raw: Mapping[str, Any]) -> EtcdSpec:
         raise SpecError("spec.etcd.insecure is for Managed mode; External mode uses tlsSecretName")
     return EtcdSpec(
         mode=mode,
-        endpoints=tuple(endpoints),
+        endpoints=endpoints,
         image=image,
         key_prefix=prefix,
         resources=copy.deepcopy(dict(resources)) if resources else None,

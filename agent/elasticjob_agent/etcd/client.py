@@ -38,9 +38,9 @@ from typing import Any
 import grpc
 from aetcd import rpc
 
+from elasticjob_agent.errors import RendezvousConnectionError
 from elasticjob_agent.etcd import pacing
-from elasticjob_agent.etcd.endpoints import Endpoint, parse_endpoints
-from elasticjob_agent.rendezvous.errors import RendezvousConnectionError
+from elasticjob_agent.protocol.endpoints import Endpoint, parse_endpoints
 
 
 def _from_server(exc: BaseException) -> bool:

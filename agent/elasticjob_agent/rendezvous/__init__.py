@@ -1,9 +1,9 @@
 """Dynamic rendezvous on etcd v3: torch's semantics, watches instead of polls, O(1) conflicts.
 
 Public API: the errors, ``RendezvousConfig``, ``EtcdRendezvousHandler``, ``EtcdStore`` and
-``EtcdV3RendezvousBackend`` (see docs/rendezvous.md). The errors are imported eagerly (the etcd
-client needs them); the rest on first use, because torch imports our ``torchrun_plugin`` while its
-own rendezvous package is still initialising.
+``EtcdV3RendezvousBackend`` (see docs/rendezvous.md). The errors (``elasticjob_agent.errors``)
+are imported eagerly; the rest on first use, because torch imports our ``torchrun_plugin`` while
+its own rendezvous package is still initialising.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from elasticjob_agent.rendezvous.errors import (
+from elasticjob_agent.errors import (
     RendezvousClosedError,
     RendezvousConnectionError,
     RendezvousError,

@@ -17,13 +17,13 @@ from typing import Any, TypeVar
 
 from torch.distributed.elastic.rendezvous.dynamic_rendezvous import RendezvousBackend, Token
 
+from elasticjob_agent.errors import RendezvousStateError
 from elasticjob_agent.etcd.client import cmp_mod, cmp_version, op_put, op_range
-from elasticjob_agent.etcd.endpoints import Endpoint
 from elasticjob_agent.etcd.retry import retry_until
 from elasticjob_agent.etcd.session import EtcdSession
+from elasticjob_agent.protocol.endpoints import Endpoint
 from elasticjob_agent.protocol.keys import DEFAULT_PREFIX, JobKeys
 from elasticjob_agent.rendezvous.config import BACKEND_NAME, RendezvousConfig, request_timeout_for
-from elasticjob_agent.rendezvous.errors import RendezvousStateError
 from elasticjob_agent.rendezvous.store import EtcdStore
 from elasticjob_agent.rendezvous.wire import RendezvousKeys, decode, encode
 

@@ -16,6 +16,12 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Protocol, TypeVar
 
+from elasticjob_agent.errors import (
+    RendezvousClosedError,
+    RendezvousConnectionError,
+    RendezvousStateError,
+    RendezvousTimeoutError,
+)
 from elasticjob_agent.etcd.client import (
     EtcdClient,
     cmp_mod,
@@ -30,12 +36,6 @@ from elasticjob_agent.etcd.client import (
 from elasticjob_agent.etcd.retry import retry_until
 from elasticjob_agent.rendezvous import rank_table, transactions
 from elasticjob_agent.rendezvous.deadline import ClockTimer, DeadlineReached, Timer, until
-from elasticjob_agent.rendezvous.errors import (
-    RendezvousClosedError,
-    RendezvousConnectionError,
-    RendezvousStateError,
-    RendezvousTimeoutError,
-)
 from elasticjob_agent.rendezvous.state import (
     Action,
     Context,

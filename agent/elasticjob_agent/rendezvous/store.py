@@ -20,6 +20,7 @@ from typing import TypeVar
 
 import torch.distributed as dist
 
+from elasticjob_agent.errors import RendezvousConnectionError
 from elasticjob_agent.etcd.client import (
     EtcdClient,
     cmp_mod,
@@ -29,12 +30,11 @@ from elasticjob_agent.etcd.client import (
     op_range,
     prefix_end,
 )
-from elasticjob_agent.etcd.endpoints import Endpoint, parse_endpoints
 from elasticjob_agent.etcd.retry import retry_until
 from elasticjob_agent.etcd.session import EtcdSession
+from elasticjob_agent.protocol.endpoints import Endpoint, parse_endpoints
 from elasticjob_agent.rendezvous.config import MAX_REQUEST_TIMEOUT
 from elasticjob_agent.rendezvous.deadline import ClockTimer, DeadlineReached, until
-from elasticjob_agent.rendezvous.errors import RendezvousConnectionError
 from elasticjob_agent.rendezvous.kv import AsyncEtcdStore, StoreTimeout
 from elasticjob_agent.rendezvous.watching import first_events
 

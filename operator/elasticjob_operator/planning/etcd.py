@@ -4,6 +4,7 @@ generation) and seeded with the job's restart counts.
 
 from __future__ import annotations
 
+from elasticjob_agent.protocol.endpoints import format_endpoints
 from elasticjob_agent.protocol.health import AgentState
 from elasticjob_agent.protocol.keys import JobKeys
 
@@ -33,7 +34,7 @@ def manage_etcd(
     if spec.etcd.mode is EtcdMode.EXTERNAL:
         draft.status = draft.status.evolve(etcd=state)
         return EtcdView(
-            endpoint=",".join(spec.etcd.endpoints),
+            endpoint=format_endpoints(spec.etcd.endpoints),
             pod=None,
             managed=False,
             ever_ready=state.ready_generation >= 0,
@@ -69,7 +70,7 @@ def manage_etcd(
             )
         )
     )
-    endpoint = manifests.rdzv_endpoints(job, spec)[0]
+    endpoint = format_endpoints(manifests.rdzv_endpoints(job, spec)[:1])
     if lost:
         old = state.generation
         # The new generation's outage clock starts with its own first failed probe.

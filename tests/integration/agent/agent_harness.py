@@ -173,8 +173,8 @@ def rdzv_flags(endpoint: str, run_id: str, nnodes: str, **conf: float | str) -> 
 
 @contextlib.contextmanager
 def _counter(endpoint: str, run_id: str) -> Iterator[Any]:
-    from elasticjob_agent.etcd.endpoints import parse_endpoints  # noqa: PLC0415
     from elasticjob_agent.etcd.session import EtcdSession  # noqa: PLC0415
+    from elasticjob_agent.protocol.endpoints import parse_endpoints  # noqa: PLC0415
     from elasticjob_agent.protocol.keys import JobKeys  # noqa: PLC0415
     from elasticjob_agent.supervision.restart_counter import JobRestartCounter  # noqa: PLC0415
 
@@ -197,7 +197,7 @@ def expire_lease_of(endpoint: str, run_id: str, node: str) -> None:
     import asyncio  # noqa: PLC0415
 
     from elasticjob_agent.etcd.client import EtcdClient  # noqa: PLC0415
-    from elasticjob_agent.etcd.endpoints import parse_endpoints  # noqa: PLC0415
+    from elasticjob_agent.protocol.endpoints import parse_endpoints  # noqa: PLC0415
     from elasticjob_agent.protocol.keys import JobKeys  # noqa: PLC0415
     from elasticjob_agent.rendezvous.wire import RendezvousKeys  # noqa: PLC0415
 

@@ -40,7 +40,7 @@ def _etcd_command(folder: Path, port: int, peer: int) -> list[str]:
     # The managed etcd pod's flags (manifests.build_etcd_pod), on loopback ports.
     pod = manifests.build_etcd_pod(names.JobRef("ns", "demo", "u"), job_spec(), 0)
     tls_flags = [
-        f.replace(manifests.ETCD_SERVER_TLS_DIR, str(folder))
+        f.replace(names.ETCD_SERVER_TLS_DIR, str(folder))
         for f in pod["spec"]["containers"][0]["command"]
         if f == "--client-cert-auth"
         or f.startswith(("--trusted-ca-file", "--cert-file", "--key-file"))

@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from elasticjob_agent.etcd.endpoints import parse_endpoints
+from elasticjob_agent.protocol.endpoints import parse_endpoints
 from elasticjob_agent.rendezvous.backend import EtcdV3RendezvousBackend
 from torch.distributed import TCPStore  # type: ignore[attr-defined]
 from torch.distributed.elastic.rendezvous import RendezvousStateError

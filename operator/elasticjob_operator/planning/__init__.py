@@ -17,7 +17,7 @@ from dataclasses import replace
 
 from .. import names, progress
 from ..conditions import ConditionType, set_condition, stamp_generation
-from ..observed import Observed, current_workers
+from ..observed import Observed, current_workers, without_witnessed_nodes
 from ..spec import JobSpec
 from ..stall import StallSettings, classify
 from ..status import JobStatus, Phase
@@ -78,7 +78,7 @@ def plan(
         spec=spec,
         generation=generation,
         status=status,
-        observed=observed,
+        observed=without_witnessed_nodes(observed),
         now=now,
         settings=settings,
         services=services,

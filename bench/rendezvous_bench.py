@@ -66,7 +66,6 @@ import os
 import resource
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -84,6 +83,7 @@ from typing import Any, TypeVar
 from elasticjob_agent.etcd.client import EtcdClient
 from elasticjob_agent.etcd.retry import retry_until
 from elasticjob_agent.etcd.session import LeaseKeeper
+from elasticjob_agent.ports import free_port
 from elasticjob_agent.protocol.endpoints import TlsFiles, parse_endpoints
 from elasticjob_agent.protocol.keys import JobKeys
 from elasticjob_agent.rendezvous.backend import create_backend
@@ -121,12 +121,6 @@ NPROC = 8
 #: Candidates that run our executor (``ours-tls`` against the mutual-TLS etcd).
 OURS = ("ours", "ours-tls")
 CANDIDATES = ("ours", "ours-tls", "torch-c10d", "torch-etcd-v3")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass(frozen=True)

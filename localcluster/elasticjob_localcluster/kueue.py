@@ -21,7 +21,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import time
@@ -33,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from elasticjob_agent.ports import free_port
 
 from .config import cache_dir, repo_root, tool_path
 
@@ -149,12 +149,6 @@ def webhook_configurations(
 # -- the process ---------------------------------------------------------------------------------
 
 
-def _free_port(host: str) -> int:
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
-
-
 def _openssl(*args: str, cwd: Path) -> None:
     done = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -232,14 +226,14 @@ class KueueProcess:
                               "metadata": {"name": KUEUE_NAMESPACE}}),
         )  # fmt: skip
 
-        webhook_port = _free_port(self.host)
-        self.health_port = _free_port("127.0.0.1")
+        webhook_port = free_port(self.host)
+        self.health_port = free_port("127.0.0.1")
         config = kueue_configuration(
             webhook_host=self.host,
             webhook_port=webhook_port,
             cert_dir=certs,
             health_port=self.health_port,
-            metrics_port=_free_port("127.0.0.1"),
+            metrics_port=free_port("127.0.0.1"),
         )
         (work / "config.yaml").write_text(yaml.safe_dump(config))
         module_manifests = _module_webhook_manifests(built)

@@ -21,12 +21,7 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from elasticjob_agent.errors import RendezvousConnectionError
-from elasticjob_agent.etcd.client import (
-    EtcdClient,
-    LeaseNotFoundError,
-    Reachability,
-    caller_budget,
-)
+from elasticjob_agent.etcd.client import EtcdClient, LeaseNotFoundError, Reachability, caller_budget
 from elasticjob_agent.protocol.endpoints import Endpoint
 
 log = logging.getLogger(__name__)

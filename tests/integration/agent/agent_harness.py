@@ -7,7 +7,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,16 +15,12 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from elasticjob_agent.ports import free_port
+
 REPO = Path(__file__).resolve().parents[3]
 TRAIN = REPO / "examples" / "train.py"
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 AGENT = [sys.executable, "-m", "elasticjob_agent"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def pid_alive(pid: int) -> bool:

@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from elasticjob_agent.ports import free_port
 from elasticjob_agent.protocol.keys import JobKeys
 from elasticjob_operator import manifests, names, pki, probes, seeding
 
-from tests.integration.conftest import etcd_binary, free_port
+from tests.integration.conftest import etcd_binary
 from tests.unit.operator.opfixtures import job_spec
 
 SERVICE = "demo-etcd.ns.svc"

@@ -37,6 +37,7 @@ from elasticjob_agent.checkpoint.manifest import (
 )
 from elasticjob_agent.checkpoint.node import CheckpointNode, Source
 from elasticjob_agent.checkpoint.store import (
+    RECYCLED,
     CheckpointError,
     CheckpointLimitError,
     Reservation,
@@ -161,7 +162,9 @@ class Checkpointer:
             logger.error("checkpoint not saved: %s", exc)
             return False
         try:
-            tensors.write(layout, reservation.directory / STATE_FILE)
+            tensors.write(
+                layout, reservation.directory / STATE_FILE, reservation.directory / RECYCLED
+            )
         except BaseException:
             self.backend.abort(reservation.token)
             raise

@@ -1,15 +1,15 @@
 """A ``state_dict`` as one file in shared memory: the tensors' raw bytes, each 64-byte aligned,
 after a pickled skeleton that names them (torch; the plain API's format).
 
-Writing is one ``copy_`` per tensor into a mapping of the file (a device-to-host copy for GPU
-tensors); nothing else is serialized byte by byte, which is why a save blocks so briefly.
+Writing is one ``pwrite`` per tensor from its own memory (after a device-to-host copy for a
+GPU tensor); nothing is serialized byte by byte, which is why a save blocks so briefly.
 Dense tensors of any dtype are supported; anything else in the dict (ints, strings, optimizer
 hyper-parameters) is pickled in the skeleton.
 """
 
 from __future__ import annotations
 
-import mmap
+import contextlib
 import os
 import pickle
 import struct
@@ -97,53 +97,73 @@ def plan(state: Any) -> Layout:
     return Layout(header, tuple(tensors), tuple(offsets), max(position, _HEAD.size + len(header)))
 
 
-def write(layout: Layout, path: Path) -> None:
-    """Write the planned state to ``path`` (a tmpfs file): the copy training waits for."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+def _bytes_of(tensor: torch.Tensor) -> memoryview:
+    """The tensor's bytes on the host, without a copy for a contiguous CPU tensor."""
+    flat = tensor.detach().reshape(-1)
+    if flat.device.type != "cpu":
+        flat = flat.cpu()
+    return memoryview(flat.contiguous().view(torch.uint8).numpy())
+
+
+def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
+    while data:
+        written = os.pwrite(fd, data, offset)
+        data, offset = data[written:], offset + written
+
+
+def write(layout: Layout, path: Path, recycled: Path | None = None) -> None:
+    """Write the planned state to ``path`` (a tmpfs file): the copy training waits for.
+
+    ``pwrite`` straight from each tensor's memory: the kernel copies into the page cache of
+    the tmpfs (a ``copy_`` into a mapping of the file faulted page by page, several times
+    slower). ``recycled``: a file of an older checkpoint to overwrite in place."""
+    if recycled is not None:
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(recycled, path)  # its pages are reused: not truncated, resized
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
     try:
         os.ftruncate(fd, layout.size)
-        if layout.size == 0:
-            return
-        with mmap.mmap(fd, layout.size) as mm:
-            mm[: _HEAD.size] = _HEAD.pack(MAGIC, len(layout.header))
-            mm[_HEAD.size : _HEAD.size + len(layout.header)] = layout.header
-            if layout.tensors:
-                buffer = torch.frombuffer(mm, dtype=torch.uint8)
-                for tensor, offset in zip(layout.tensors, layout.offsets, strict=True):
-                    n = tensor.numel() * tensor.element_size()
-                    if n:
-                        src = tensor.detach().reshape(-1).view(torch.uint8)
-                        buffer[offset : offset + n].copy_(src)
-                del buffer
+        _pwrite_all(fd, memoryview(_HEAD.pack(MAGIC, len(layout.header)) + layout.header), 0)
+        for tensor, offset in zip(layout.tensors, layout.offsets, strict=True):
+            if tensor.numel():
+                _pwrite_all(fd, _bytes_of(tensor), offset)
     finally:
         os.close(fd)
 
 
 def read(path: Path) -> Any:
-    """The state saved at ``path``, with fresh CPU tensors."""
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY) as mm:
-        magic, length = _HEAD.unpack_from(mm, 0)
+    """The state saved at ``path``, with fresh CPU tensors (read straight into them)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        head = os.pread(fd, _HEAD.size, 0)
+        if len(head) != _HEAD.size:
+            raise ValueError(f"{path} is not an elasticjob checkpoint file")
+        magic, length = _HEAD.unpack(head)
         if magic != MAGIC:
             raise ValueError(f"{path} is not an elasticjob checkpoint file")
-        skeleton = pickle.loads(mm[_HEAD.size : _HEAD.size + length])
-        buffer = torch.frombuffer(mm, dtype=torch.uint8)
-        try:
-            return _fill(skeleton, buffer)
-        finally:
-            del buffer
+        skeleton = pickle.loads(os.pread(fd, length, _HEAD.size))
+        return _fill(skeleton, fd)
+    finally:
+        os.close(fd)
 
 
-def _fill(value: Any, buffer: torch.Tensor) -> Any:
+def _fill(value: Any, fd: int) -> Any:
     if isinstance(value, TensorRef):
         dtype = getattr(torch, value.dtype.removeprefix("torch."))
         out = torch.empty(value.shape, dtype=dtype)
         if value.nbytes:
-            out.reshape(-1).view(torch.uint8).copy_(buffer[value.offset : value.offset + value.nbytes])
+            view = memoryview(out.reshape(-1).view(torch.uint8).numpy())
+            offset = value.offset
+            while view:
+                got = os.preadv(fd, [view], offset)
+                if got <= 0:
+                    raise ValueError("checkpoint file is shorter than its header says")
+                view, offset = view[got:], offset + got
         return out
     if isinstance(value, dict):
-        return type(value)((k, _fill(v, buffer)) for k, v in value.items())
+        return type(value)((k, _fill(v, fd)) for k, v in value.items())
     if isinstance(value, list):
-        return [_fill(v, buffer) for v in value]
+        return [_fill(v, fd) for v in value]
     if isinstance(value, tuple) and not hasattr(value, "_fields"):
-        return tuple(_fill(v, buffer) for v in value)
+        return tuple(_fill(v, fd) for v in value)
     return value

@@ -125,12 +125,12 @@ def test_a_state_over_the_limit_is_refused_and_the_last_good_one_kept(
 ) -> None:
     a, b = nodes("a", limit="4Mi"), nodes("b", limit="4Mi")
     saved = run_ranks(
-        tmp_path, [a.socket, b.socket], "save", "--steps", "1,2", "--n", "4096", "--oversize-step", "2"
+        tmp_path, [a.socket, b.socket], "save", "--steps", "1,2", "--n", "20000", "--oversize-step", "2"
     )
     for r in saved:
         assert r["saved"] == [[1, True], [2, False]]
         assert "memory limit is 4194304 bytes" in r["error"]
-    loaded = run_ranks(tmp_path, [a.socket, b.socket], "load", "--n", "4096")
+    loaded = run_ranks(tmp_path, [a.socket, b.socket], "load", "--n", "20000")
     assert [(r["step"], r["ok"]) for r in loaded] == [(1, True), (1, True)]
 
 

@@ -186,7 +186,9 @@ def run(args: AgentArgs) -> int:
         timers = TimerServer(str(work_dir / "timer.sock"), torch_fifo=torch_timer_file)
         stack.callback(timers.close)
         try:
-            checkpoint_env = _checkpoints(args, stack, rdzv, run_id, node, work_dir)
+            checkpoint_env = _checkpoints(
+                args, stack, rdzv, run_id=run_id, node=node, work_dir=work_dir
+            )
         except ValueError as exc:
             return _usage_error(str(exc))
         environ = {**worker_environ(os.environ), **checkpoint_env}
@@ -295,7 +297,7 @@ def run(args: AgentArgs) -> int:
 
 
 def _checkpoints(
-    args: AgentArgs, stack: ExitStack, rdzv: _Rendezvous, run_id: str, node: str, work_dir: Path
+    args: AgentArgs, stack: ExitStack, rdzv: _Rendezvous, *, run_id: str, node: str, work_dir: Path
 ) -> dict[str, str]:
     """The node's checkpoint service when ``ELASTICJOB_CHECKPOINT_MEMORY_LIMIT`` asks for it
     (docs/checkpoints.md); the variables its workers get. ``ValueError`` on a bad setting."""

@@ -4,16 +4,7 @@ The operator sets these on the worker pod from ``spec.checkpoint``; under plain 
 a user may set them by hand. The agent serves checkpoints only when
 ``ELASTICJOB_CHECKPOINT_MEMORY_LIMIT`` is set: that bound is not optional.
 
-| variable | default | |
-| --- | --- | --- |
-| ``ELASTICJOB_CHECKPOINT_MEMORY_LIMIT`` | (off) | most bytes of checkpoints one node holds in memory (its ranks' shards and its peers' replicas, every step kept), ``8Gi`` style |
-| ``ELASTICJOB_CHECKPOINT_KEEP`` | ``2`` | steps kept in memory and on the persistence path |
-| ``ELASTICJOB_CHECKPOINT_DIR`` | ``/dev/shm/elasticjob-checkpoints`` | the shared-memory directory (a tmpfs) |
-| ``ELASTICJOB_CHECKPOINT_PERSIST_DIR`` | (none) | persist every complete shard there, asynchronously |
-| ``ELASTICJOB_CHECKPOINT_PORT`` | ``29402`` | the agents' replication port (``0``: any free port) |
-| ``ELASTICJOB_CHECKPOINT_ADDR`` | the agent's ``--local-addr`` | the address peers reach this agent at |
-| ``ELASTICJOB_CHECKPOINT_CACERT``, ``_CERT``, ``_KEY`` | (none) | the job's CA and this node's certificate and key; without them no peer channel is opened (memory and disk only) |
-| ``ELASTICJOB_CHECKPOINT_TIMEOUT`` | ``60`` | deadline of one transfer from or to a peer |
+Each variable is described in docs/checkpoints.md ("The agent's settings").
 """
 
 from __future__ import annotations

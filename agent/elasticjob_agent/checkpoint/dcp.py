@@ -20,15 +20,18 @@ from __future__ import annotations
 import dataclasses
 import pickle
 import re
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
-from torch.distributed.checkpoint.filesystem import _StoragePrefix
+from torch.distributed.checkpoint.filesystem import (
+    FileSystemReader,
+    FileSystemWriter,
+    _StoragePrefix,
+)
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 from torch.distributed.checkpoint.planner import LoadPlan, LoadPlanner, SavePlan, SavePlanner
 from torch.distributed.checkpoint.storage import WriteResult
+from torch.futures import Future
 
 from elasticjob_agent.checkpoint.api import Backend, agree_and_fetch, open_backend, rank_and_world
 from elasticjob_agent.checkpoint.manifest import ShardId
@@ -90,7 +93,7 @@ class ElasticJobWriter(FileSystemWriter):
         self.path = self._reservation.directory
         try:
             result = super().write_data(plan, planner)
-            result.result()
+            result.wait()
         except BaseException:
             self._abort()
             raise
@@ -148,9 +151,9 @@ class ElasticJobReader(FileSystemReader):
         self.sources[0] = source.kind
         with open(source.directory / METADATA, "rb") as f:
             metadata: Metadata = pickle.load(f)
-        if getattr(metadata, "storage_meta", None) is None:
-            metadata.storage_meta = StorageMeta()
-        metadata.storage_meta.load_id = self.load_id
+        storage_meta = getattr(metadata, "storage_meta", None) or StorageMeta()
+        storage_meta.load_id = self.load_id
+        metadata.storage_meta = storage_meta
         return metadata
 
     def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
@@ -167,7 +170,7 @@ class ElasticJobReader(FileSystemReader):
             source = self.backend.fetch(ShardId(self.step, writer_rank, self.world_size))
             self.sources[writer_rank] = source.kind
             self.path = Path(source.directory)
-            super().read_data(dataclasses.replace(plan, items=items), planner).result()
+            super().read_data(dataclasses.replace(plan, items=items), planner).wait()
         done: Future[None] = Future()
         done.set_result(None)
         return done

@@ -39,7 +39,9 @@ class HolderDirectory:
         self._record: HolderRecord | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._refresh, name="elasticjob-ckpt-dir", daemon=True)
+        self._thread = threading.Thread(
+            target=self._refresh, name="elasticjob-ckpt-dir", daemon=True
+        )
         self._thread.start()
 
     def publish(self, record: HolderRecord) -> None:

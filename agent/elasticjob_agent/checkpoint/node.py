@@ -83,7 +83,11 @@ class CheckpointNode:
         self._persister: Persister | None = None
         if settings.persist_dir:
             self.disk = ShardStore(
-                settings.persist_dir, keep=settings.keep, limit=DISK_LIMIT, origin=node, durable=True
+                settings.persist_dir,
+                keep=settings.keep,
+                limit=DISK_LIMIT,
+                origin=node,
+                durable=True,
             )
             self._persister = Persister(self.memory, self.disk)
         self._directory = directory

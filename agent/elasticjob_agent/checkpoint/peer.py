@@ -108,7 +108,9 @@ def _send_line(sock: socket.socket, doc: dict[str, Any]) -> None:
     sock.sendall(json.dumps(doc, separators=(",", ":")).encode() + b"\n")
 
 
-def _send_files(sock: socket.socket, directory: Path, manifest: ShardManifest, deadline: _Deadline) -> None:
+def _send_files(
+    sock: socket.socket, directory: Path, manifest: ShardManifest, deadline: _Deadline
+) -> None:
     for entry in manifest.files:
         with open(directory / entry.name, "rb", buffering=0) as f:
             left = entry.size
@@ -126,6 +128,7 @@ def _receive_into(
     manifest: ShardManifest,
     stream: BinaryIO,
     sock: socket.socket,
+    *,
     deadline: _Deadline,
     origin: str,
 ) -> None:
@@ -210,7 +213,9 @@ class PeerServer:
     ) -> None:
         try:
             manifest = ShardManifest.decode(json.dumps(request.get("manifest")).encode())
-            _receive_into(self.store, manifest, stream, sock, deadline, manifest.origin)
+            _receive_into(
+                self.store, manifest, stream, sock, deadline=deadline, origin=manifest.origin
+            )
         except (CheckpointError, ManifestError) as exc:
             _send_line(sock, {"ok": False, "error": str(exc)})
             return
@@ -287,7 +292,7 @@ def fetch(
             manifest = ShardManifest.decode(json.dumps(answer.get("manifest")).encode())
             if manifest.shard != shard:
                 raise PeerError(f"checkpoint peer {endpoint} sent {manifest.shard}, not {shard}")
-            _receive_into(store, manifest, stream, sock, deadline, manifest.origin)
+            _receive_into(store, manifest, stream, sock, deadline=deadline, origin=manifest.origin)
         except (OSError, ssl.SSLError, ManifestError) as exc:
             raise PeerError(f"checkpoint peer {endpoint}: {exc}") from exc
         except CorruptShardError as exc:

@@ -50,7 +50,9 @@ class Persister:
         self._queue: queue.Queue[ShardId | None] = queue.Queue(maxsize=64)
         self._idle = threading.Event()
         self._idle.set()
-        self._thread = threading.Thread(target=self._run, name="elasticjob-ckpt-persist", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name="elasticjob-ckpt-persist", daemon=True
+        )
         self._thread.start()
 
     def submit(self, shard: ShardId) -> None:

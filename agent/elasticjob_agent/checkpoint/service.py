@@ -3,16 +3,16 @@ in front of the node's ``CheckpointNode``, and the worker's client of it.
 
 One JSON line per request and per answer, on a connection a worker keeps open:
 
-| request | answer |
-| --- | --- |
-| ``{"op": "reserve", "shard": [step, rank, world], "size": n}`` | ``{"ok": true, "token": t, "dir": path}`` |
-| ``{"op": "commit", "token": t}`` / ``{"op": "abort", "token": t}`` | ``{"ok": true}`` |
-| ``{"op": "candidates"}`` | ``{"ok": true, "shards": [[step, rank, world], ...]}`` |
-| ``{"op": "fetch", "shard": [...]}`` | ``{"ok": true, "dir": path, "source": "memory" / "peer <node>" / "disk"}`` |
-| ``{"op": "restored", "step": s}`` | ``{"ok": true}`` |
-| ``{"op": "flush", "timeout": seconds}`` | ``{"ok": true, "idle": bool}`` |
+- ``{"op": "reserve", "shard": [step, rank, world], "size": n}``: ``{"token": t, "dir": path}``
+- ``{"op": "commit", "token": t}``, ``{"op": "abort", "token": t}``: ``{}``
+- ``{"op": "candidates"}``: ``{"shards": [[step, rank, world], ...]}``
+- ``{"op": "fetch", "shard": [...]}``: ``{"dir": path, "source": "memory" | "peer <node>" |
+  "disk"}``
+- ``{"op": "restored", "step": s}``: ``{}``
+- ``{"op": "flush", "timeout": seconds}``: ``{"idle": bool}``
 
-A refusal is ``{"ok": false, "error": "...", "limit": bool}`` (``limit``: over the memory limit).
+Every answer also has ``"ok": true``. A refusal is ``{"ok": false, "error": "...", "limit":
+bool}`` (``limit``: over the memory limit).
 The socket lives in the agent's private work directory; only the node's workers reach it.
 """
 

@@ -189,7 +189,10 @@ class ShardStore:
         shutil.rmtree(reservation.directory, ignore_errors=True)
 
     def commit(
-        self, reservation: Reservation, origin: str | None = None, expected: ShardManifest | None = None
+        self,
+        reservation: Reservation,
+        origin: str | None = None,
+        expected: ShardManifest | None = None,
     ) -> ShardManifest:
         """Checksum the reservation's files, write the manifest and install the shard.
 
@@ -221,9 +224,7 @@ class ShardStore:
                     )
                     for n in names
                 ]
-            manifest = ShardManifest(
-                reservation.shard, tuple(entries), origin or self.origin
-            )
+            manifest = ShardManifest(reservation.shard, tuple(entries), origin or self.origin)
             _write_atomic(
                 reservation.directory / MANIFEST_NAME, manifest.encode(), sync=self.durable
             )

@@ -46,7 +46,9 @@ def _split(value: Any, tensors: list[torch.Tensor]) -> Any:
                 "use the DCP writer (checkpoint.dcp) for other tensors"
             )
         tensors.append(value)
-        return TensorRef(-1, value.numel() * value.element_size(), str(value.dtype), tuple(value.shape))
+        return TensorRef(
+            -1, value.numel() * value.element_size(), str(value.dtype), tuple(value.shape)
+        )
     if isinstance(value, dict):
         return type(value)((k, _split(v, tensors)) for k, v in value.items())
     if isinstance(value, list):
@@ -102,7 +104,7 @@ def _bytes_of(tensor: torch.Tensor) -> memoryview:
     flat = tensor.detach().reshape(-1)
     if flat.device.type != "cpu":
         flat = flat.cpu()
-    return memoryview(flat.contiguous().view(torch.uint8).numpy())
+    return memoryview(flat.contiguous().view(torch.uint8).numpy())  # type: ignore[arg-type]
 
 
 def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
@@ -152,7 +154,7 @@ def _fill(value: Any, fd: int) -> Any:
         dtype = getattr(torch, value.dtype.removeprefix("torch."))
         out = torch.empty(value.shape, dtype=dtype)
         if value.nbytes:
-            view = memoryview(out.reshape(-1).view(torch.uint8).numpy())
+            view = memoryview(out.reshape(-1).view(torch.uint8).numpy())  # type: ignore[arg-type]
             offset = value.offset
             while view:
                 got = os.preadv(fd, [view], offset)

@@ -129,7 +129,11 @@ class Node:
 
 
 def run_ranks(
-    base: Path, sockets: Sequence[str | None], mode: str, *args: str, env: dict[str, str] | None = None
+    base: Path,
+    sockets: Sequence[str | None],
+    mode: str,
+    *args: str,
+    env: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """One real process per rank (rank i talks to ``sockets[i]``'s service, or to a node of
     its own when None); returns each rank's JSON result."""
@@ -151,16 +155,15 @@ def run_ranks(
         }
         if sock is not None:
             extra["ELASTICJOB_CHECKPOINT_SOCKET"] = sock
-        log = open(base / f"rank{rank}-{mode}.log", "ab")  # noqa: SIM115 - handed to Popen
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, str(WORKER), "--mode", mode, "--out", str(out), *args],
-                env=_env(extra),
-                stdout=log,
-                stderr=subprocess.STDOUT,
+        with open(base / f"rank{rank}-{mode}.log", "ab") as log:
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, str(WORKER), "--mode", mode, "--out", str(out), *args],
+                    env=_env(extra),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
             )
-        )
-        log.close()
     deadline = time.monotonic() + RANK_TIMEOUT
     for rank, proc in enumerate(procs):
         try:
@@ -168,10 +171,12 @@ def run_ranks(
         except subprocess.TimeoutExpired:
             for p in procs:
                 p.kill()
-            raise AssertionError(f"rank {rank} ({mode}) did not finish in {RANK_TIMEOUT}s") from None
+            raise AssertionError(
+                f"rank {rank} ({mode}) did not finish in {RANK_TIMEOUT}s"
+            ) from None
         if code != 0:
             for p in procs:
                 p.kill()
-            log = (base / f"rank{rank}-{mode}.log").read_text()[-4000:]
-            raise AssertionError(f"rank {rank} ({mode}) exited {code}:\n{log}")
+            tail = (base / f"rank{rank}-{mode}.log").read_text()[-4000:]
+            raise AssertionError(f"rank {rank} ({mode}) exited {code}:\n{tail}")
     return [json.loads(out.read_text()) for out in outs]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import shutil
 import socket
-import ssl
 import threading
 import time
 import uuid
@@ -30,7 +29,9 @@ def tls(etcd_tls_server: object) -> dict[str, Path]:
 
 
 @pytest.fixture
-def nodes(tmp_path: Path, etcd_tls_server: object, tls: dict[str, Path]) -> Iterator[Callable[..., Node]]:
+def nodes(
+    tmp_path: Path, etcd_tls_server: object, tls: dict[str, Path]
+) -> Iterator[Callable[..., Node]]:
     run_id = f"ckpt-{uuid.uuid4().hex[:8]}"
     started: list[Node] = []
 
@@ -59,7 +60,9 @@ def _wait_for(check: Callable[[], bool], what: str, timeout: float = 60.0) -> No
         time.sleep(0.1)
 
 
-def test_save_restore_and_a_replica_on_the_next_node(tmp_path: Path, nodes: Callable[..., Node]) -> None:
+def test_save_restore_and_a_replica_on_the_next_node(
+    tmp_path: Path, nodes: Callable[..., Node]
+) -> None:
     a, b = nodes("a"), nodes("b")
     saved = run_ranks(tmp_path, [a.socket, b.socket], "save", "--steps", "1,2,3")
     assert all(r["flushed"] and all(ok for _, ok in r["saved"]) for r in saved)
@@ -101,9 +104,10 @@ def test_a_corrupt_replica_is_never_loaded_the_disk_copy_is(
         (3, "disk", True),
         (3, "memory", True),
     ]
-    assert "fails its checksum" in (tmp_path / "a" / "service.log").read_text() or "does not match" in (
-        tmp_path / "a" / "service.log"
-    ).read_text()
+    assert (
+        "fails its checksum" in (tmp_path / "a" / "service.log").read_text()
+        or "does not match" in (tmp_path / "a" / "service.log").read_text()
+    )
 
 
 def test_no_step_complete_on_every_rank_falls_back_to_an_older_one(
@@ -125,7 +129,15 @@ def test_a_state_over_the_limit_is_refused_and_the_last_good_one_kept(
 ) -> None:
     a, b = nodes("a", limit="4Mi"), nodes("b", limit="4Mi")
     saved = run_ranks(
-        tmp_path, [a.socket, b.socket], "save", "--steps", "1,2", "--n", "20000", "--oversize-step", "2"
+        tmp_path,
+        [a.socket, b.socket],
+        "save",
+        "--steps",
+        "1,2",
+        "--n",
+        "20000",
+        "--oversize-step",
+        "2",
     )
     for r in saved:
         assert r["saved"] == [[1, True], [2, False]]
@@ -222,9 +234,8 @@ def test_a_peer_gone_mid_transfer_the_next_source_is_tried_within_the_deadline(
 
 
 def _run_id_of(node: Node) -> str:
-    command = node.proc.args
-    assert isinstance(command, list)
-    return str(command[command.index("--run-id") + 1])
+    command = [str(a) for a in node.proc.args]  # type: ignore[union-attr]
+    return command[command.index("--run-id") + 1]
 
 
 def test_only_the_jobs_certificates_reach_the_peer_channel(
@@ -234,7 +245,9 @@ def test_only_the_jobs_certificates_reach_the_peer_channel(
     run_ranks(tmp_path, [a.socket, b.socket], "save", "--steps", "1")
     endpoint = _endpoint_of(b)
     material = etcd_tls_server.tls  # type: ignore[attr-defined]
-    stranger = TlsPaths(str(material.stranger_ca), str(material.stranger_cert), str(material.stranger_key))
+    stranger = TlsPaths(
+        str(material.stranger_ca), str(material.stranger_cert), str(material.stranger_key)
+    )
     store = ShardStore(tmp_path / "thief", keep=2, limit=1 << 30, origin="thief")
     with pytest.raises(peer.PeerError):
         peer.fetch(endpoint, stranger, store, ShardId(1, 1, 2), timeout=10)
@@ -252,7 +265,6 @@ def test_only_the_jobs_certificates_reach_the_peer_channel(
     job = TlsPaths(str(tls["ca"]), str(tls["cert"]), str(tls["key"]))
     peer.fetch(endpoint, job, store, ShardId(1, 1, 2), timeout=10)
     assert store.held() == [ShardId(1, 1, 2)]
-    del ssl
 
 
 def _endpoint_of(node: Node) -> str:

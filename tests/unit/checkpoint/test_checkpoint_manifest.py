@@ -148,7 +148,10 @@ def test_settings_from_env() -> None:
             {"ELASTICJOB_CHECKPOINT_MEMORY_LIMIT": "1Gi", "ELASTICJOB_CHECKPOINT_CERT": "/c"},
             "go together",
         ),
-        ({"ELASTICJOB_CHECKPOINT_MEMORY_LIMIT": "1Gi", "ELASTICJOB_CHECKPOINT_TIMEOUT": "inf"}, "TIMEOUT"),
+        (
+            {"ELASTICJOB_CHECKPOINT_MEMORY_LIMIT": "1Gi", "ELASTICJOB_CHECKPOINT_TIMEOUT": "inf"},
+            "TIMEOUT",
+        ),
     ],
 )
 def test_bad_settings_name_the_variable(env: dict[str, str], message: str) -> None:

@@ -4,6 +4,7 @@ adoption after a restart, and the plain API's file format (torch, no agent)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -65,7 +66,9 @@ def test_a_received_copy_must_match_the_senders_manifest(tmp_path: Path) -> None
     assert store.held() == [] and store.used() == 0
 
 
-def test_a_restarted_store_adopts_complete_shards_and_drops_half_written_ones(tmp_path: Path) -> None:
+def test_a_restarted_store_adopts_complete_shards_and_drops_half_written_ones(
+    tmp_path: Path,
+) -> None:
     store = ShardStore(tmp_path, keep=2, limit=1 << 20, origin="a")
     _save(store, ShardId(1, 0, 1), b"x" * 10)
     pending = store.reserve(ShardId(2, 0, 1), 10)
@@ -93,7 +96,7 @@ def test_discard_newer_after_a_restore(tmp_path: Path) -> None:
 
 
 def test_state_dict_file_round_trips_every_dtype_and_plain_values(tmp_path: Path) -> None:
-    state = {
+    state: dict[str, Any] = {
         "f32": torch.randn(5, 3),
         "bf16": torch.randn(4, dtype=torch.bfloat16),
         "i64": torch.arange(6).reshape(2, 3),

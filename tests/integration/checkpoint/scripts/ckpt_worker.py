@@ -8,16 +8,17 @@ import datetime
 import gc
 import json
 import os
+from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
-
 from elasticjob_agent.checkpoint.api import Checkpointer
 from elasticjob_agent.checkpoint.dcp import ElasticJobReader, ElasticJobWriter
+from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
+from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
 
-def state_for(step: int, rank: int, n: int) -> dict[str, object]:
+def state_for(step: int, rank: int, n: int) -> dict[str, Any]:
     return {
         "w": torch.full((n,), float(step * 10 + rank)),
         "b": torch.arange(7, dtype=torch.int64) + step,
@@ -54,24 +55,28 @@ def main() -> None:
             step, state = found
             want = state_for(step, rank, args.n)
             ok = all(
-                torch.equal(state[k], want[k]) if isinstance(want[k], torch.Tensor) else state[k] == want[k]
+                torch.equal(state[k], want[k])
+                if isinstance(want[k], torch.Tensor)
+                else state[k] == want[k]
                 for k in want
             )
             result.update(step=step, source=ckpt.last_restore_source, ok=ok)
     elif args.mode == "save-dcp":
         for step in (int(s) for s in args.steps.split(",")):
-            dcp.save(
+            dcp_save(
                 {"model": {"w": torch.full((args.n,), float(step))}, "step": step},
                 storage_writer=ElasticJobWriter(step),
             )
         result.update(saved=True)
     else:
-        target = {"model": {"w": torch.zeros(args.n)}, "step": -1}
+        target: dict[str, Any] = {"model": {"w": torch.zeros(args.n)}, "step": -1}
         reader = ElasticJobReader()
-        dcp.load(target, storage_reader=reader)
-        step = reader.step
-        ok = step is not None and torch.equal(target["model"]["w"], torch.full((args.n,), float(step)))
-        result.update(step=step, ok=ok and target["step"] == step, sources=reader.sources)
+        dcp_load(target, storage_reader=reader)
+        loaded = reader.step
+        ok = loaded is not None and torch.equal(
+            target["model"]["w"], torch.full((args.n,), float(loaded or 0))
+        )
+        result.update(step=loaded, ok=ok and target["step"] == loaded, sources=reader.sources)
     if world > 1:
         dist.barrier()
         dist.destroy_process_group()

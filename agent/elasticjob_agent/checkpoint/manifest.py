@@ -18,6 +18,22 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from elasticjob_agent.protocol.checkpoint import parse_size
+
+__all__ = [
+    "MANIFEST_NAME",
+    "FileEntry",
+    "HolderRecord",
+    "ManifestError",
+    "ShardId",
+    "ShardManifest",
+    "complete_steps",
+    "holder_shards",
+    "newest_common",
+    "parse_size",
+    "successor",
+]
+
 MANIFEST_NAME = "manifest.json"
 """Written last, atomically, in a shard's directory: a shard without it is not there."""
 MAX_FILES = 4096
@@ -26,18 +42,6 @@ MAX_WORLD = 1 << 20
 MAX_MANIFEST_BYTES = 1 << 20
 
 _FILE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")
-_SIZE = re.compile(r"^([0-9]+)\s*(Ki|Mi|Gi|Ti|k|M|G|T)?$")
-_UNITS = {
-    None: 1,
-    "k": 10**3,
-    "M": 10**6,
-    "G": 10**9,
-    "T": 10**12,
-    "Ki": 2**10,
-    "Mi": 2**20,
-    "Gi": 2**30,
-    "Ti": 2**40,
-}
 
 
 class ManifestError(ValueError):
@@ -222,18 +226,6 @@ def newest_common(candidates: Iterable[Iterable[int]], refused: Iterable[int] = 
         return None
     usable = common - set(refused)
     return max(usable) if usable else None
-
-
-def parse_size(text: str, what: str) -> int:
-    """``"8Gi"``, ``"512Mi"``, ``"1000000"`` (Kubernetes quantity suffixes) in bytes;
-    ``ValueError`` naming ``what``."""
-    match = _SIZE.match(text.strip())
-    if not match:
-        raise ValueError(
-            f"{what} {text!r} is not a size: write bytes or a number with Ki, Mi, Gi, Ti "
-            "(or k, M, G, T)"
-        )
-    return int(match.group(1)) * _UNITS[match.group(2)]
 
 
 def holder_shards(records: Mapping[str, HolderRecord]) -> dict[ShardId, list[HolderRecord]]:

@@ -144,7 +144,7 @@ class Node:
         env["PYTHONPATH"] = os.pathsep.join([str(REPO / "agent"), env.get("PYTHONPATH", "")])
         env.update(
             ELASTICJOB_CHECKPOINT_MEMORY_LIMIT=str(limit),
-            ELASTICJOB_CHECKPOINT_DIR=str(self.memory),
+            ELASTICJOB_CHECKPOINT_MEMORY_DIR=str(self.memory),
             ELASTICJOB_CHECKPOINT_PORT="0",
             ELASTICJOB_CHECKPOINT_ADDR="127.0.0.1",
             ELASTICJOB_CHECKPOINT_TIMEOUT="300",

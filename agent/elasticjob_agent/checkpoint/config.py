@@ -14,11 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from elasticjob_agent.checkpoint.manifest import parse_size
+from elasticjob_agent.protocol import checkpoint as p
 from elasticjob_agent.protocol.checkpoint import (
     DEFAULT_DIR,
     DEFAULT_KEEP,
     DEFAULT_PORT,
-    ENV_PREFIX,
     SOCKET_ENV,
 )
 
@@ -58,35 +58,35 @@ class CheckpointSettings:
 
     def __post_init__(self) -> None:
         if self.memory_limit <= 0:
-            raise ValueError(f"{ENV_PREFIX}MEMORY_LIMIT must be positive")
+            raise ValueError(f"{p.MEMORY_LIMIT_ENV} must be positive")
         if not 1 <= self.keep <= 100:
-            raise ValueError(f"{ENV_PREFIX}KEEP must be in 1..100, got {self.keep}")
+            raise ValueError(f"{p.KEEP_ENV} must be in 1..100, got {self.keep}")
         if not 0 <= self.port < 65536:
-            raise ValueError(f"{ENV_PREFIX}PORT must be 0..65535, got {self.port}")
+            raise ValueError(f"{p.PORT_ENV} must be 0..65535, got {self.port}")
         if not math.isfinite(self.transfer_timeout) or self.transfer_timeout <= 0:
-            raise ValueError(f"{ENV_PREFIX}TIMEOUT must be a positive number of seconds")
+            raise ValueError(f"{p.TIMEOUT_ENV} must be a positive number of seconds")
 
 
 def settings_from_env(env: Mapping[str, str]) -> CheckpointSettings | None:
     """The settings the environment names, ``None`` when checkpoints are off (no memory
     limit); ``ValueError`` naming the variable to fix."""
-    limit_text = env.get(f"{ENV_PREFIX}MEMORY_LIMIT", "").strip()
+    limit_text = env.get(p.MEMORY_LIMIT_ENV, "").strip()
     if not limit_text:
         return None
-    limit = parse_size(limit_text, f"{ENV_PREFIX}MEMORY_LIMIT")
-    keep = _int(env, "KEEP", DEFAULT_KEEP)
-    port = _int(env, "PORT", DEFAULT_PORT)
-    timeout_text = env.get(f"{ENV_PREFIX}TIMEOUT", "60")
+    limit = parse_size(limit_text, p.MEMORY_LIMIT_ENV)
+    keep = _int(env, p.KEEP_ENV, DEFAULT_KEEP)
+    port = _int(env, p.PORT_ENV, DEFAULT_PORT)
+    timeout_text = env.get(p.TIMEOUT_ENV, "60")
     try:
         timeout = float(timeout_text)
     except ValueError:
-        raise ValueError(f"{ENV_PREFIX}TIMEOUT {timeout_text!r} is not a number") from None
-    tls_values = [env.get(f"{ENV_PREFIX}{n}") or None for n in ("CACERT", "CERT", "KEY")]
+        raise ValueError(f"{p.TIMEOUT_ENV} {timeout_text!r} is not a number") from None
+    tls_values = [env.get(n) or None for n in (p.CACERT_ENV, p.CERT_ENV, p.KEY_ENV)]
     tls: TlsPaths | None = None
     if any(tls_values):
         if not all(tls_values):
             raise ValueError(
-                f"{ENV_PREFIX}CACERT, {ENV_PREFIX}CERT and {ENV_PREFIX}KEY go together: "
+                f"{p.CACERT_ENV}, {p.CERT_ENV} and {p.KEY_ENV} go together: "
                 "give all three (the job's CA, this node's certificate and key) or none"
             )
         cacert, cert, key = (str(v) for v in tls_values)
@@ -94,19 +94,19 @@ def settings_from_env(env: Mapping[str, str]) -> CheckpointSettings | None:
     return CheckpointSettings(
         memory_limit=limit,
         keep=keep,
-        directory=env.get(f"{ENV_PREFIX}DIR") or DEFAULT_DIR,
-        persist_dir=env.get(f"{ENV_PREFIX}PERSIST_DIR") or None,
+        directory=env.get(p.MEMORY_DIR_ENV) or DEFAULT_DIR,
+        persist_dir=env.get(p.PERSIST_DIR_ENV) or None,
         port=port,
-        addr=env.get(f"{ENV_PREFIX}ADDR") or None,
+        addr=env.get(p.ADDR_ENV) or None,
         tls=tls,
         transfer_timeout=timeout,
     )
 
 
 def _int(env: Mapping[str, str], name: str, default: int) -> int:
-    text = env.get(f"{ENV_PREFIX}{name}", "").strip()
+    text = env.get(name, "").strip()
     if not text:
         return default
     if not text.isascii() or not text.isdigit():
-        raise ValueError(f"{ENV_PREFIX}{name} {text!r} is not a non-negative integer")
+        raise ValueError(f"{name} {text!r} is not a non-negative integer")
     return int(text)

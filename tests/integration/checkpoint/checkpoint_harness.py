@@ -60,7 +60,7 @@ class Node:
         self.persist = self.work / "disk" if persist else None
         env = {
             "ELASTICJOB_CHECKPOINT_MEMORY_LIMIT": limit,
-            "ELASTICJOB_CHECKPOINT_DIR": str(self.memory),
+            "ELASTICJOB_CHECKPOINT_MEMORY_DIR": str(self.memory),
             "ELASTICJOB_CHECKPOINT_PORT": "0",
             "ELASTICJOB_CHECKPOINT_ADDR": "127.0.0.1",
             "ELASTICJOB_CHECKPOINT_TIMEOUT": str(timeout),

@@ -34,7 +34,7 @@ def test_the_agent_serves_its_workers_and_a_restarted_group_resumes(
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "agent"), env.get("PYTHONPATH", "")])
     env.update(
         ELASTICJOB_CHECKPOINT_MEMORY_LIMIT="64Mi",
-        ELASTICJOB_CHECKPOINT_DIR=str(memory_dir),
+        ELASTICJOB_CHECKPOINT_MEMORY_DIR=str(memory_dir),
     )
     out = tmp_path / "restored"
     argv = [sys.executable, "-m", "elasticjob_agent", "--standalone", "--nproc-per-node", "2"]
@@ -52,13 +52,13 @@ def test_the_agent_serves_its_workers_and_a_restarted_group_resumes(
     assert proc.returncode == 0, log
     results = [json.loads(Path(f"{out}.{rank}").read_text()) for rank in (0, 1)]
     assert results == [{"step": 3, "source": "memory", "ok": True}] * 2, log
-    assert "checkpoint service: memory" in log
+    assert "checkpoint service: memory" in proc.stderr.decode()
 
 
 def test_without_an_agent_memory_then_disk(tmp_path: Path, memory_dir: Path) -> None:
     env = {
         "ELASTICJOB_CHECKPOINT_MEMORY_LIMIT": "64Mi",
-        "ELASTICJOB_CHECKPOINT_DIR": str(memory_dir),
+        "ELASTICJOB_CHECKPOINT_MEMORY_DIR": str(memory_dir),
         "ELASTICJOB_CHECKPOINT_PERSIST_DIR": str(tmp_path / "disk"),
     }
     saved = run_ranks(tmp_path, [None], "save", "--steps", "1,2,3", env=env)

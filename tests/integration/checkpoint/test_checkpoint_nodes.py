@@ -259,7 +259,11 @@ def test_only_the_jobs_certificates_reach_the_peer_channel(
     host, port = peer.split_endpoint(endpoint)
     with socket.create_connection((host, port), timeout=10) as plain:
         plain.sendall(b'{"op":"get","shard":[1,1,2]}\n')
-        assert plain.recv(1 << 16)[:1] in (b"", b"\x15")  # closed, or a TLS alert
+        try:
+            answer = plain.recv(1 << 16)
+        except ConnectionResetError:
+            answer = b""
+        assert answer[:1] in (b"", b"\x15")  # closed, or a TLS alert: never data
     assert store.held() == []
     # The job's own certificate works.
     job = TlsPaths(str(tls["ca"]), str(tls["cert"]), str(tls["key"]))

@@ -211,7 +211,8 @@ def agree_and_fetch(
         source: Source | None = None
         try:
             source = backend.fetch(shard_of(step))
-        except CheckpointError as exc:
+        except (CheckpointError, OSError, ValueError) as exc:
+            # Whatever failed, this rank must still take part in the vote below.
             logger.warning("checkpoint: rank %d cannot load step %d: %s", rank, step, exc)
         if all(gather(source is not None)) and source is not None:
             backend.restored(step)

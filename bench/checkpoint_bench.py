@@ -336,6 +336,7 @@ def main() -> None:
     if args.rank_role:
         rank_main(args)
         return
+    load_before = os.getloadavg()[0]
     base = Path(tempfile.mkdtemp(prefix="elasticjob-ckpt-bench-", dir=args.disk_dir or "/var/tmp"))
     try:
         # The first ``keep`` saves allocate the node's memory; later ones reuse it.
@@ -369,6 +370,7 @@ def main() -> None:
     ratio_restore = loss["restore_s"] / rows[1]["restore_s"]
     intact = all(r["ok"] for r in restored)
     print(f"checkpoint_bench: {args.size_mib} MiB per rank, medians; {_versions()}")
+    print(f"load average at the start {load_before:.1f}, at the end {os.getloadavg()[0]:.1f}")
     print(f"{'method':<20}{'blocking_s':>12}{'restore_s':>12}")
     for row in rows:
         print(f"{row['method']:<20}{row['blocking_s']:>12.3f}{row['restore_s']:>12.3f}")

@@ -27,6 +27,7 @@ import socketserver
 import ssl
 import threading
 import time
+import zlib
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -134,8 +135,10 @@ def _receive_into(
 ) -> None:
     """Stream a shard's files into ``store`` and install it if it matches ``manifest``."""
     reservation = store.reserve(manifest.shard, manifest.size)
+    crcs: dict[str, int] = {}
     try:
         for entry in manifest.files:
+            crc = 0
             with open(reservation.directory / entry.name, "wb", buffering=0) as f:
                 left = entry.size
                 while left > 0:
@@ -144,11 +147,13 @@ def _receive_into(
                     if not chunk:
                         raise PeerError(f"{manifest.shard}: the peer closed mid-transfer")
                     f.write(chunk)
+                    crc = zlib.crc32(chunk, crc)  # summed on the way in: no second pass
                     left -= len(chunk)
+            crcs[entry.name] = crc
     except BaseException:
         store.release(reservation)
         raise
-    store.commit(reservation, origin=origin, expected=manifest)
+    store.commit(reservation, origin=origin, expected=manifest, computed=crcs)
 
 
 class PeerServer:

@@ -193,11 +193,13 @@ class ShardStore:
         reservation: Reservation,
         origin: str | None = None,
         expected: ShardManifest | None = None,
+        computed: dict[str, int] | None = None,
     ) -> ShardManifest:
         """Checksum the reservation's files, write the manifest and install the shard.
 
         With ``expected`` (a received replica), the files must match it exactly, else
-        ``CorruptShardError`` and nothing is installed.
+        ``CorruptShardError`` and nothing is installed. ``computed``: CRC-32s by file name that
+        the caller summed while writing the files (no second pass over them).
         """
         try:
             with contextlib.suppress(FileNotFoundError):
@@ -207,7 +209,10 @@ class ShardStore:
                 entries = []
                 for want in expected.files:
                     path = reservation.directory / want.name
-                    got = FileEntry(want.name, path.stat().st_size, file_crc32(path))
+                    crc = (computed or {}).get(want.name)
+                    got = FileEntry(
+                        want.name, path.stat().st_size, file_crc32(path) if crc is None else crc
+                    )
                     if got != want:
                         raise CorruptShardError(
                             f"{reservation.shard}: {want.name} does not match its manifest"

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import queue
 import shutil
 import threading
 import uuid
@@ -99,6 +100,10 @@ class ShardStore:
         (self.root / "shards").mkdir(parents=True, exist_ok=True)
         shutil.rmtree(self._staging, ignore_errors=True)
         self._staging.mkdir(parents=True, exist_ok=True)
+        self._trash: queue.Queue[Path] = queue.Queue()
+        threading.Thread(
+            target=self._empty_trash, name="elasticjob-ckpt-trash", daemon=True
+        ).start()
         self.rescan()
 
     # --- what is held -------------------------------------------------------------------
@@ -264,9 +269,14 @@ class ShardStore:
         trash = self._staging / f"drop-{uuid.uuid4().hex[:12]}"
         with contextlib.suppress(OSError):
             os.rename(target, trash)
-            shutil.rmtree(trash, ignore_errors=True)
+            # Freeing a tmpfs file's pages takes time: never while a rank waits in reserve().
+            self._trash.put(trash)
         with contextlib.suppress(OSError):
             target.parent.rmdir()
+
+    def _empty_trash(self) -> None:
+        while True:
+            shutil.rmtree(self._trash.get(), ignore_errors=True)
 
     def discard(self, shards: Iterable[ShardId]) -> None:
         with self._lock:

@@ -22,8 +22,10 @@ Node loss: two nodes (two checkpoint services with their own memory directories,
 real processes with gloo, peers over TLS on loopback, an embedded etcd), steps 1..5 saved; then
 rank 0's node is killed and its memory and local disk deleted; a new node takes its place and
 both ranks restore. ``restored_step`` against ``last_saved_step``; ``restore_s`` is rank 0's
-restore (from the peer, while rank 1 restores from memory on the same two cores). Targets: save blocking at most 1/4 of torch.save+fsync; restored step
-= last saved step; restore from a peer within 2x of torch.load from local disk.
+restore (from the peer, while rank 1 restores from memory on the same two cores).
+
+Targets: save blocking at most 1/4 of torch.save+fsync; restored step = last saved step;
+restore from a peer within 2x of torch.load from local disk.
 """
 
 from __future__ import annotations
@@ -35,7 +37,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -48,6 +49,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "agent"))
 sys.path.insert(0, str(REPO / "operator"))
+
+from elasticjob_agent.ports import free_port  # noqa: E402
 
 TENSORS = 64
 WARM_UP = 2
@@ -125,12 +128,6 @@ def rank_main(args: argparse.Namespace) -> None:
 
 
 # --- the nodes ------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Node:

@@ -18,6 +18,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from elasticjob_agent.protocol import checkpoint as proto
+from elasticjob_agent.protocol.endpoints import TlsFiles
 
 
 class CheckpointSpecError(ValueError):
@@ -62,7 +63,7 @@ def parse_checkpoint(raw: Any) -> CheckpointSpec | None:
 
 
 def checkpoint_env(
-    spec: CheckpointSpec, *, pod_ip_env: str, tls_dir: str | None
+    spec: CheckpointSpec, *, pod_ip_env: str, tls: TlsFiles | None
 ) -> list[dict[str, Any]]:
     """The agent's ``ELASTICJOB_CHECKPOINT_*`` variables (after ``pod_ip_env`` in the list,
     which ``$(...)`` refers to)."""
@@ -74,11 +75,11 @@ def checkpoint_env(
     ]
     if spec.persist_path is not None:
         env.append({"name": proto.PERSIST_DIR_ENV, "value": spec.persist_path})
-    if tls_dir is not None:
+    if tls is not None and tls.cacert and tls.cert and tls.key:
         env += [
-            {"name": proto.CACERT_ENV, "value": f"{tls_dir}/ca.crt"},
-            {"name": proto.CERT_ENV, "value": f"{tls_dir}/tls.crt"},
-            {"name": proto.KEY_ENV, "value": f"{tls_dir}/tls.key"},
+            {"name": proto.CACERT_ENV, "value": tls.cacert},
+            {"name": proto.CERT_ENV, "value": tls.cert},
+            {"name": proto.KEY_ENV, "value": tls.key},
         ]
     return env
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from elasticjob_agent.checkpoint.config import SOCKET_ENV, settings_from_env
 from elasticjob_agent.checkpoint.serving import start_checkpoints
-from elasticjob_agent.etcd.endpoints import TlsFiles, parse_endpoints
 from elasticjob_agent.etcd.session import EtcdSession
+from elasticjob_agent.protocol.endpoints import TlsFiles, parse_endpoints
 from elasticjob_agent.protocol.keys import DEFAULT_PREFIX, JobKeys
 
 

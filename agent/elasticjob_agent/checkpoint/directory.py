@@ -13,8 +13,8 @@ import logging
 import threading
 
 from elasticjob_agent.checkpoint.manifest import HolderRecord, ManifestError
-from elasticjob_agent.etcd.client import prefix_end
 from elasticjob_agent.etcd.session import EtcdSession, LeaseKeeper
+from elasticjob_agent.etcd.txn import prefix_end
 from elasticjob_agent.protocol.keys import JobKeys
 
 logger = logging.getLogger(__name__)

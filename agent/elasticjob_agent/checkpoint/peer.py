@@ -39,6 +39,7 @@ from elasticjob_agent.checkpoint.store import (
     CorruptShardError,
     ShardStore,
 )
+from elasticjob_agent.protocol.endpoints import Endpoint, parse_endpoints
 
 logger = logging.getLogger(__name__)
 
@@ -70,15 +71,16 @@ def client_context(tls: TlsPaths) -> ssl.SSLContext:
 
 
 def split_endpoint(endpoint: str) -> tuple[str, int]:
-    """``host:port`` or ``[v6]:port``; ``ValueError`` otherwise."""
-    host, sep, port = endpoint.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536 or not host:
+    """``host:port`` or ``[v6]:port`` (the project's one endpoint parser); ``ValueError``
+    otherwise."""
+    parsed = parse_endpoints(endpoint, default_port=None)
+    if len(parsed) != 1 or parsed[0].tls is not None:
         raise ValueError(f"invalid checkpoint peer endpoint {endpoint!r}: expected host:port")
-    return host.strip("[]"), int(port)
+    return parsed[0].host, parsed[0].port
 
 
 def join_endpoint(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return str(Endpoint(host, port))
 
 
 class _Deadline:

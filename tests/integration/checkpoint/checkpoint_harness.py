@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,16 +15,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from elasticjob_agent.ports import free_port
+
 REPO = Path(__file__).resolve().parents[3]
 WORKER = Path(__file__).resolve().parent / "scripts" / "ckpt_worker.py"
 READY_TIMEOUT = 60.0
 RANK_TIMEOUT = 240.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _env(extra: dict[str, str]) -> dict[str, str]:

@@ -196,8 +196,8 @@ def test_a_peer_gone_mid_transfer_the_next_source_is_tried_within_the_deadline(
     paths = TlsPaths(str(tls["ca"]), str(tls["cert"]), str(tls["key"]))
     broken = _BrokenPeer(paths, b.memory, ShardId(3, 0, 2), stall=stall)
     # The broken peer sorts before c, so a fresh node tries it first.
-    from elasticjob_agent.etcd.endpoints import TlsFiles, parse_endpoints  # noqa: PLC0415
     from elasticjob_agent.etcd.session import EtcdSession  # noqa: PLC0415
+    from elasticjob_agent.protocol.endpoints import TlsFiles, parse_endpoints  # noqa: PLC0415
 
     session = EtcdSession(
         parse_endpoints(

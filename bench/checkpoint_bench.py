@@ -55,7 +55,7 @@ from elasticjob_agent.ports import free_port  # noqa: E402
 TENSORS = 64
 WARM_UP = 2
 """Saves before the steady state: the first ``stepsKept`` (2) allocate the tmpfs pages."""
-READY_TIMEOUT = 120.0
+READY_TIMEOUT = 180.0
 RANK_TIMEOUT = 900.0
 
 

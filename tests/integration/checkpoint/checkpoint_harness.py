@@ -19,7 +19,8 @@ from elasticjob_agent.ports import free_port
 
 REPO = Path(__file__).resolve().parents[3]
 WORKER = Path(__file__).resolve().parent / "scripts" / "ckpt_worker.py"
-READY_TIMEOUT = 60.0
+READY_TIMEOUT = 180.0
+"""A service imports torch (through the etcd session's errors): slow on a loaded machine."""
 RANK_TIMEOUT = 240.0
 
 

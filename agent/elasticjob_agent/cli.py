@@ -95,6 +95,7 @@ class _Rendezvous:
     handler: Any
     counter: Any
     etcd_status: Callable[[], EtcdStatus]
+    session: EtcdSession | None = None
 
 
 def _etcd_rendezvous(
@@ -124,7 +125,7 @@ def _etcd_rendezvous(
             tuple(e.url for e in endpoints),
         )
 
-    return _Rendezvous(handler, counter, etcd_status)
+    return _Rendezvous(handler, counter, etcd_status, session)
 
 
 def _c10d_rendezvous(args: AgentArgs, run_id: str, node: str) -> _Rendezvous:
@@ -178,6 +179,13 @@ def run(args: AgentArgs) -> int:
         torch_timer_file = os.environ.get(TORCH_TIMER_FILE_ENV) or str(work_dir / "timer.fifo")
         timers = TimerServer(str(work_dir / "timer.sock"), torch_fifo=torch_timer_file)
         stack.callback(timers.close)
+        try:
+            checkpoint_env = _checkpoints(
+                args, stack, rdzv, run_id=run_id, node=node, work_dir=work_dir
+            )
+        except ValueError as exc:
+            return _usage_error(str(exc))
+        environ = {**worker_environ(os.environ), **checkpoint_env}
 
         status = AgentStatus(
             run_id,
@@ -225,7 +233,7 @@ def run(args: AgentArgs) -> int:
         python = os.environ.get("PYTHON_EXEC", sys.executable)
         warm: WarmLaunch | None = None
         if args.warm_workers:
-            pool = WarmPool(python, _spare_env(worker_environ(os.environ), nproc), nproc)
+            pool = WarmPool(python, _spare_env(environ, nproc), nproc)
             stack.callback(pool.close)
             pool.fill()  # imports torch while the first rendezvous runs
             script = args.training_script
@@ -269,7 +277,7 @@ def run(args: AgentArgs) -> int:
             status=status,
             metrics=metrics,
             events=events,
-            environ=worker_environ(os.environ),
+            environ=environ,
             etcd_unreachable_since=lambda: rdzv.etcd_status().unreachable_since,
         )
 
@@ -280,6 +288,29 @@ def run(args: AgentArgs) -> int:
             signal.signal(sig, on_signal)
         return int(supervisor.run())
     return int(ExitCode.WORKER_FAILED)  # pragma: no cover - ExitStack does not swallow
+
+
+def _checkpoints(
+    args: AgentArgs, stack: ExitStack, rdzv: _Rendezvous, *, run_id: str, node: str, work_dir: Path
+) -> dict[str, str]:
+    """The node's checkpoint service when ``ELASTICJOB_CHECKPOINT_MEMORY_LIMIT`` asks for it
+    (docs/checkpoints.md); the variables its workers get. ``ValueError`` on a bad setting."""
+    from elasticjob_agent.checkpoint.config import settings_from_env  # noqa: PLC0415
+
+    settings = settings_from_env(os.environ)
+    if settings is None:
+        return {}
+    from elasticjob_agent.checkpoint.serving import start_checkpoints  # noqa: PLC0415
+
+    return start_checkpoints(
+        settings,
+        stack,
+        session=rdzv.session,
+        keys=JobKeys(args.key_prefix, run_id),
+        node=node,
+        local_addr=args.local_addr,
+        work_dir=work_dir,
+    )
 
 
 def _spare_env(environ: Mapping[str, str], nproc: int) -> dict[str, str]:

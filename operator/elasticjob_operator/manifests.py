@@ -9,6 +9,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
+from elasticjob_agent.protocol.checkpoint import DEFAULT_PORT as CHECKPOINT_PORT
 from elasticjob_agent.protocol.endpoints import Endpoint, TlsFiles
 from elasticjob_agent.protocol.health import DEFAULT_HEALTH_PORT
 
@@ -20,6 +21,7 @@ from .agent_command import (
     agent_args,
     training_argv,
 )
+from .checkpointing import checkpoint_env, with_checkpoint_memory
 from .spec import EtcdMode, JobSpec, SpecError
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -141,6 +143,16 @@ def build_worker_pod(job: names.JobRef, spec: JobSpec, index: int, attempt: int)
     ports.append(
         {"name": names.HEALTH_PORT_NAME, "containerPort": DEFAULT_HEALTH_PORT, "protocol": "TCP"}
     )
+    if spec.checkpoint is not None:
+        # The agents' checkpoint peer channel (docs/checkpoints.md): their env, their port, and
+        # the memory their shards take in the pod's /dev/shm added to the trainer's request.
+        trainer["env"] += checkpoint_env(
+            spec.checkpoint,
+            pod_ip_env=POD_IP_ENV,
+            tls=WORKER_TLS if secret is not None else None,
+        )
+        ports = [p for p in ports if p.get("containerPort") != CHECKPOINT_PORT]
+        ports.append({"name": "checkpoint", "containerPort": CHECKPOINT_PORT, "protocol": "TCP"})
     trainer["ports"] = ports
     gpus = gpus_per_node(spec)
     if gpus:
@@ -188,6 +200,10 @@ def build_worker_pod(job: names.JobRef, spec: JobSpec, index: int, attempt: int)
             *[v for v in pod_spec.get("volumes", []) if v.get("name") != SHM_VOLUME],
             {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}},
         ]
+    if spec.checkpoint is not None:
+        trainer["resources"] = with_checkpoint_memory(
+            trainer.get("resources"), spec.checkpoint.memory_limit
+        )
     containers[spec.trainer_index] = trainer
 
     pod_spec["containers"] = containers

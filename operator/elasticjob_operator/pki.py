@@ -131,7 +131,10 @@ def generate(job: str, namespace: str, service: str, now: datetime.datetime) -> 
         ca_key,
         f"elasticjob {namespace}/{job}"[:64],
         now=now,
-        usage=[ExtendedKeyUsageOID.CLIENT_AUTH],
+        # serverAuth too: the agents serve each other checkpoints over mutual TLS with this
+        # certificate (docs/checkpoints.md). It names no host, so no client that checks
+        # etcd's name (agents, operator) takes it for the etcd server.
+        usage=[ExtendedKeyUsageOID.CLIENT_AUTH, ExtendedKeyUsageOID.SERVER_AUTH],
         sans=[],
     )
     return JobPki(

@@ -17,6 +17,12 @@ from typing import Any
 from elasticjob_agent.protocol.endpoints import Endpoint, parse_endpoints
 from elasticjob_agent.protocol.restarts import JOB_MAX_RESTARTS_DEFAULT
 
+from .checkpointing import (
+    CheckpointSpec,
+    CheckpointSpecError,
+    parse_checkpoint,
+    with_checkpoint_memory,
+)
 from .kueue_names import EXTRAS_PRIORITY_ANNOTATION, PRIORITY_LABEL, QUEUE_LABEL
 
 TRAINER_CONTAINER = "trainer"
@@ -166,6 +172,8 @@ class JobSpec:
     ``None``: off."""
     kueue: KueueSpec | None = None
     """Queueing through Kueue (``spec.queueName`` or the job's label; see ``kueue.py``)."""
+    checkpoint: CheckpointSpec | None = None
+    """The agents' in-memory checkpoints (``spec.checkpoint``, ``checkpointing.py``)."""
 
     @property
     def trainer_index(self) -> int:
@@ -228,7 +236,14 @@ def parse_spec(spec: Mapping[str, Any]) -> JobSpec:
     args = trainer.get("args", [])
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
         raise SpecError("spec.template.spec.containers[trainer].args must be a list of strings")
+    try:
+        checkpoint = parse_checkpoint(spec.get("checkpoint"))
+        if checkpoint is not None:
+            with_checkpoint_memory(trainer.get("resources"), checkpoint.memory_limit)
+    except CheckpointSpecError as exc:
+        raise SpecError(str(exc)) from None
     return JobSpec(
+        checkpoint=checkpoint,
         replicas=replicas,
         min_nodes=min_nodes,
         max_nodes=max_nodes,

@@ -40,7 +40,7 @@ def test_server_certificate_names_the_service_as_clients_use_it(job_pki: pki.Job
     assert list(usage) == [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
 
 
-def test_both_leaves_are_signed_by_the_jobs_ca_and_the_client_is_client_only(
+def test_both_leaves_are_signed_by_the_jobs_ca_and_the_client_names_no_host(
     job_pki: pki.JobPki,
 ) -> None:
     ca = _cert(job_pki.ca_cert)
@@ -52,7 +52,11 @@ def test_both_leaves_are_signed_by_the_jobs_ca_and_the_client_is_client_only(
         assert leaf.not_valid_after_utc - NOW > datetime.timedelta(days=3000)
     client = _cert(job_pki.client_cert)
     usage = client.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
-    assert list(usage) == [ExtendedKeyUsageOID.CLIENT_AUTH]
+    # serverAuth too: the agents serve each other checkpoints with it (docs/checkpoints.md).
+    # With no host name in it, no client that checks etcd's name takes it for etcd.
+    assert list(usage) == [ExtendedKeyUsageOID.CLIENT_AUTH, ExtendedKeyUsageOID.SERVER_AUTH]
+    with pytest.raises(x509.ExtensionNotFound):
+        client.extensions.get_extension_for_class(x509.SubjectAlternativeName)
 
 
 def test_another_jobs_ca_does_not_sign_this_jobs_certificates(job_pki: pki.JobPki) -> None:

@@ -44,8 +44,10 @@ bench/RESULTS.md records runs and what the rows mean.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -245,6 +247,11 @@ def elasticjob_manifest(
     }
 
 
+def reached(progress: Callable[[], list[Progress]], step: int) -> Callable[[], bool]:
+    """Whether the progress file shows ``step`` done."""
+    return lambda: (last_step(progress()) or 0) >= step
+
+
 def fault_target(done: int, checkpoint_every: int, warm: int) -> int:
     """The step after which to inject: at least ``warm`` steps past ``done``, half-way between
     two checkpoints (so every candidate loses the same steps if it restarts from one)."""
@@ -306,23 +313,26 @@ class Bench:
                 except FileNotFoundError:
                     return []
 
-            started = self._wait(
-                f"{name}: the first step", lambda: last_step(progress()) is not None, 600
-            )
-            del started
-            measured: list[tuple[str, float, int]] = []  # fault, time, restarts before
+            self._wait(f"{name}: the first step", lambda: last_step(progress()) is not None, 600)
+            measured: list[tuple[str, float, int | None]] = []  # fault, time, restarts before
             end: float | None = None
             for index, fault in enumerate(faults):
+                # Every fault hits a whole group (an elastic job may train on one node first).
+                self._wait(
+                    f"{name}: a group of {NODES} before {fault}",
+                    lambda: self._full_group(candidate, name),
+                    self.settings.recovery_timeout,
+                )
                 done = last_step(progress()) or 0
                 warm = (
                     self.settings.checkpoint_every
-                    if index == 0 or not measured
+                    if index == 0
                     else max(1, int(self.settings.interval / self.settings.step_time))
                 )
                 target = fault_target(done, self.settings.checkpoint_every, warm)
                 self._wait(
                     f"{name}: step {target} before {fault}",
-                    lambda t=target: (last_step(progress()) or 0) >= t,
+                    reached(progress, target),
                     self.settings.recovery_timeout + (target - done) * self.settings.step_time * 3,
                 )
                 before = self.restarts(candidate, name)
@@ -331,8 +341,11 @@ class Bench:
                 cost = self._await_recovery(progress, at)
                 if fault == "node-loss" and victim_node:
                     self.cluster.restore_node(victim_node)
-                    self._wait(f"{victim_node} Ready again", lambda n=victim_node: self._ready(n),
-                               240)  # fmt: skip
+                    self._wait(
+                        f"{victim_node} Ready again",
+                        functools.partial(self._ready, victim_node),
+                        240,
+                    )
                 if cost.recovery_s is None:
                     # Not back within the deadline: the run ends here (later faults skipped).
                     end = at + self.settings.recovery_timeout
@@ -341,7 +354,7 @@ class Bench:
                 settle = (last_step(progress()) or 0) + self.settings.settle_steps
                 self._wait(
                     f"{name}: {self.settings.settle_steps} steps after the last fault",
-                    lambda: (last_step(progress()) or 0) >= settle,
+                    reached(progress, settle),
                     self.settings.recovery_timeout,
                 )
             final = progress()
@@ -360,6 +373,9 @@ class Bench:
                     if cost.recovery_s is not None
                     else f"not back within {self.settings.recovery_timeout:.0f} s"
                 )
+            for fault in faults[len(measured) :]:
+                rows.append(row(label, candidate.spares, f"long:{fault}", None, None, run_goodput))
+                rows[-1]["_note"] = "not injected: the job never came back from the one before"
             return rows
         finally:
             self.cleanup(kind, name, host_dir)
@@ -371,16 +387,18 @@ class Bench:
         while time.time() < deadline:
             now = time.time()
             cost = fault_cost(progress(), at, until=now)
-            if cost.recovery_s is not None:
-                # No new group yet, but the old one trained on: wait a little for a late restart.
-                if cost.groups or now - at > cost.recovery_s + quiet + 30:
-                    base = last_step(progress()) or 0
-                    self._wait(
-                        "steps after the recovery",
-                        lambda b=base: (last_step(progress()) or 0) >= b + self.settings.settle_steps,
-                        max(30.0, deadline - time.time()),
-                    )
-                    return fault_cost(progress(), at, until=time.time())
+            # Back: a new group trains, or the old one trained on (then wait a little for a
+            # late restart before calling it so).
+            if cost.recovery_s is not None and (
+                cost.groups or now - at > cost.recovery_s + quiet + 30
+            ):
+                base = last_step(progress()) or 0
+                self._wait(
+                    "steps after the recovery",
+                    reached(progress, base + self.settings.settle_steps),
+                    max(30.0, deadline - time.time()),
+                )
+                return fault_cost(progress(), at, until=time.time())
             time.sleep(0.5)
         return fault_cost(progress(), at, until=deadline)
 
@@ -422,6 +440,21 @@ class Bench:
         if len(store) != 1:
             raise BenchError(f"{name}: expected one store pod, found {len(store)}")
         return store[0], in_group
+
+    def _full_group(self, candidate: Candidate, name: str) -> bool:
+        """Whether every worker's last group start says ``world_size=NODES``."""
+        try:
+            _store, workers = self.roles(candidate, name)
+        except BenchError:
+            return False
+        if len(workers) < NODES:
+            return False
+        for pod in workers:
+            log = self.cluster.pod_logs(NAMESPACE, pod["metadata"]["name"])
+            sizes = re.findall(r"start step=\d+ rank=\d+ world_size=(\d+)", log)
+            if not sizes or int(sizes[-1]) != NODES:
+                return False
+        return True
 
     def victim(self, candidate: Candidate, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
         """A worker of the group on a node without the store: (store pod, victim pod)."""
@@ -506,7 +539,11 @@ def set_up(args: argparse.Namespace, out: Callable[[str], None]) -> tuple[LocalC
     out("==> builds (cached when done)")
     _step(out, "localcluster/build.sh", [str(REPO / "localcluster" / "build.sh")])
     _step(out, "localcluster/images/build.sh", [str(REPO / "localcluster" / "images" / "build.sh")])
-    _step(out, "localcluster/kubeflow/build.sh", [str(REPO / "localcluster" / "kubeflow" / "build.sh")])
+    _step(
+        out,
+        "localcluster/kubeflow/build.sh",
+        [str(REPO / "localcluster" / "kubeflow" / "build.sh")],
+    )
     config = ClusterConfig(name=f"goodput-{os.getpid()}", nodes=0, real_nodes=args.real_nodes)
     out(f"==> cluster {config.name}: {args.real_nodes} real nodes")
     began = time.monotonic()
@@ -555,8 +592,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="instead of one job per fault: one job per candidate under every fault in turn",
     )
-    parser.add_argument("--interval", type=float, default=60.0,
-                        help="long run: seconds of training between faults (default 60)")  # fmt: skip
+    parser.add_argument(
+        "--interval",
+        type=float,
+        default=60.0,
+        help="long run: seconds of training between faults (default 60)",
+    )
     parser.add_argument("--shapes", default="fixed,elastic", help="fixed, elastic or both")
     parser.add_argument("--step-time", type=float, default=0.5)
     parser.add_argument("--checkpoint-every", type=int, default=10)

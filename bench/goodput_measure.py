@@ -59,8 +59,9 @@ def last_step(progress: Sequence[Progress], *, until: float = math.inf) -> int |
 @dataclass(frozen=True)
 class FaultCost:
     """One fault's cost: ``recovery_s`` from the fault to the first step done by the group that
-    trains after it (``None``: none within the deadline); ``steps_lost`` done before the fault
-    and done again after it; ``groups`` the groups that started training after the fault."""
+    trains after it (``None``: none within the deadline); ``steps_lost`` done before that group
+    started and done again by it; ``groups`` the groups that started training after the
+    fault."""
 
     recovery_s: float | None
     steps_lost: int | None
@@ -76,10 +77,12 @@ def fault_cost(progress: Sequence[Progress], fault_at: float, *, until: float) -
     started, the old group trained on and recovery ends at its next step."""
     window = [p for p in progress if fault_at < p.time <= until]
     starts = [p for p in window if p.event == "start"]
-    done_before = last_step(progress, until=fault_at)
     if starts:
         first = starts[0]
         after = [p for p in window if p.event == "step" and p.time >= first.time]
+        # Whatever was done before the new group started (the old group may have trained on
+        # for a while after the fault) and is done again.
+        done_before = last_step(progress, until=first.time)
         lost = None if done_before is None else max(0, done_before - first.step)
     else:
         after = [p for p in window if p.event == "step"]
@@ -110,7 +113,7 @@ def goodput(
     return round(min(1.0, max(0, final - first.step) * step_time / wall), 4)
 
 
-def row(
+def row(  # noqa: PLR0917 (the row's keys, in the issue's order)
     candidate: str,
     spares: int,
     fault: str,

@@ -48,7 +48,7 @@ from .handle import LocalCluster
 
 #: The release ``localcluster/kubeflow/build.sh`` builds (keep the two in step).
 KUBEFLOW_VERSION = "v1.8.1"
-#: The controller's namespace when ``MY_POD_NAMESPACE`` is unset (its certificate Secret lives here).
+#: The controller's namespace when ``MY_POD_NAMESPACE`` is unset (its certificate Secret is here).
 KUBEFLOW_NAMESPACE = "kubeflow"
 #: Names the controller's certificate rotator looks for (``pkg/cert/cert.go``).
 WEBHOOK_CONFIGURATION = "validator.training-operator.kubeflow.org"
@@ -119,7 +119,9 @@ def webhook_configuration(
     }
 
 
-def webhook_secret(*, ca_crt: bytes, ca_key: bytes, tls_crt: bytes, tls_key: bytes) -> dict[str, Any]:
+def webhook_secret(
+    *, ca_crt: bytes, ca_key: bytes, tls_crt: bytes, tls_key: bytes
+) -> dict[str, Any]:
     """The Secret the rotator reads (its key names: ``ca.crt``, ``ca.key``, ``tls.crt``,
     ``tls.key``)."""
     data = {"ca.crt": ca_crt, "ca.key": ca_key, "tls.crt": tls_crt, "tls.key": tls_key}
@@ -293,13 +295,14 @@ class TrainingOperator:
         # A private mount namespace: the controller reads its serving certificate from the fixed
         # CERT_MOUNT, which must not be shared by clusters running side by side.
         script = f'mount --bind "{certs}" "{CERT_MOUNT}" && exec "$0" "$@"'
+        wrapped = [
+            "setpriv", "--pdeathsig", "KILL", "--",
+            "unshare", "--mount", "--propagation", "private", "--",
+            "sh", "-c", script, *argv,
+        ]  # fmt: skip
         with self.log_path.open("ab") as out:
             self.proc = subprocess.Popen(
-                [
-                    "setpriv", "--pdeathsig", "KILL", "--",
-                    "unshare", "--mount", "--propagation", "private", "--",
-                    "sh", "-c", script, *argv,
-                ],  # fmt: skip
+                wrapped,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

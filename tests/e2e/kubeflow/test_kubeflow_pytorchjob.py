@@ -22,14 +22,15 @@ def pytorchjob(name: str, *, container: str = "pytorch", steps: int = 40) -> dic
     spec = template["spec"]
     spec.pop("restartPolicy")  # the replica spec's restartPolicy decides
     (main,) = spec["containers"]
+    # Kubeflow passes the rendezvous as PET_* variables, which torchrun reads.
+    command = [
+        "torchrun", "train.py", "--steps", str(steps), "--step-sleep", "0.25",
+        "--checkpoint-every", "10", "--checkpoint-dir", "/ckpt",
+    ]  # fmt: skip
     main.update(
         {
             "name": container,
-            # Kubeflow passes the rendezvous as PET_* variables, which torchrun reads.
-            "command": [
-                "torchrun", "train.py", "--steps", str(steps), "--step-sleep", "0.25",
-                "--checkpoint-every", "10", "--checkpoint-dir", "/ckpt",
-            ],  # fmt: skip
+            "command": command,
             "resources": {"requests": {"cpu": "250m", "memory": "512Mi"}},
             "volumeMounts": [{"name": "ckpt", "mountPath": "/ckpt"}],
         }
@@ -66,26 +67,35 @@ def condition(job: dict[str, Any], type_: str) -> bool:
     )
 
 
+def finished(job: dict[str, Any]) -> dict[str, Any] | None:
+    return job if condition(job, "Succeeded") or condition(job, "Failed") else None
+
+
 def test_an_elastic_pytorchjob_trains_on_real_nodes_to_succeeded(
-    cluster: LocalCluster, training_operator: TrainingOperator, namespace: str, real_nodes: list[str]
+    cluster: LocalCluster,
+    training_operator: TrainingOperator,
+    namespace: str,
+    real_nodes: list[str],
 ) -> None:
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(pytorchjob("elastic")))
     try:
         job = cluster.wait_for(
-            "PyTorchJob elastic Succeeded",
-            lambda: (
-                lambda j: j if condition(j, "Succeeded") or condition(j, "Failed") else None
-            )(cluster.get_json("pytorchjob", "elastic", "-n", namespace)),
+            "PyTorchJob elastic Succeeded (or Failed)",
+            lambda: finished(cluster.get_json("pytorchjob", "elastic", "-n", namespace)),
             timeout=300,
             interval=2,
         )
     except TimeoutError as exc:
         pods = cluster.kubectl("get", "pods", "-n", namespace, "-o", "wide", check=False).stdout
-        raise AssertionError(f"{exc}\npods:\n{pods}\noperator:\n{training_operator.log_tail()}")
+        raise AssertionError(
+            f"{exc}\npods:\n{pods}\noperator:\n{training_operator.log_tail()}"
+        ) from None
     workers = cluster.get_json(
         "pods", "-n", namespace, "-l", "training.kubeflow.org/job-name=elastic"
     )["items"]
-    logs = {p["metadata"]["name"]: cluster.pod_logs(namespace, p["metadata"]["name"]) for p in workers}
+    logs = {
+        p["metadata"]["name"]: cluster.pod_logs(namespace, p["metadata"]["name"]) for p in workers
+    }
     assert condition(job, "Succeeded"), (job.get("status"), logs)
     # Both workers on real nodes, in one c10d group of two hosted by worker 0.
     assert {p["spec"]["nodeName"] for p in workers} <= set(real_nodes), workers
@@ -102,6 +112,7 @@ def test_the_pytorchjob_webhook_rejects_a_job_without_its_pytorch_container(
     bad = json.dumps(pytorchjob("unnamed", container="trainer"))
     with pytest.raises(ClusterError, match="must have at least one container with name pytorch"):
         cluster.kubectl("apply", "-n", namespace, "-f", "-", input=bad)
-    assert cluster.kubectl(
-        "get", "pytorchjob", "unnamed", "-n", namespace, check=False
-    ).returncode != 0
+    assert (
+        cluster.kubectl("get", "pytorchjob", "unnamed", "-n", namespace, check=False).returncode
+        != 0
+    )

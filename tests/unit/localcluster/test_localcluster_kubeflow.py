@@ -34,7 +34,8 @@ webhooks:
   failurePolicy: Fail
   name: validator.mxjob.training-operator.kubeflow.org
   rules:
-  - {apiGroups: [kubeflow.org], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [mxjobs]}
+  - {apiGroups: [kubeflow.org], apiVersions: [v1], operations: [CREATE, UPDATE],
+     resources: [mxjobs]}
   sideEffects: None
 - admissionReviewVersions: [v1]
   clientConfig:

@@ -33,7 +33,8 @@ it; ``steps_lost``, done before the fault and done again; ``restarts_reported`` 
 count it keeps) beside ``groups``, the groups seen starting (what happened). Per run: goodput =
 useful step time / wall time from the first start to the end of the run.
 
-Usage (starts its own cluster of real nodes, installs both operators, cleans up)::
+Usage (starts its own cluster of 4 real nodes unless ELASTICJOB_BENCH_CLUSTER names a running
+one with at least 4; installs both operators; cleans up)::
 
     .venv/bin/python bench/goodput_bench.py --faults node-loss --repeat 1 --json FILE
     .venv/bin/python bench/goodput_bench.py --long-run --interval 600   # one run, every fault
@@ -65,9 +66,14 @@ from elasticjob_localcluster import (  # noqa: E402
     ClusterConfig,
     ClusterError,
     LocalCluster,
+    connect,
     start_cluster,
 )
 from elasticjob_localcluster.kubeflow import KUBEFLOW_VERSION, TrainingOperator  # noqa: E402
+from elasticjob_localcluster.realnodes.layout import (  # noqa: E402
+    REAL_NODE_LABEL,
+    REAL_NODE_TAINT_KEY,
+)
 from elasticjob_localcluster.testing import TRAINING_IMAGE  # noqa: E402
 from goodput_measure import (  # noqa: E402
     FaultCost,
@@ -164,6 +170,9 @@ def pod_spec(
     worker per node (a hard spread over the nodes left; a lost node's taint is honoured)."""
     return {
         "terminationGracePeriodSeconds": 30,
+        # Real nodes only (a cluster with virtual nodes taints its real ones).
+        "nodeSelector": {REAL_NODE_LABEL: "true"},
+        "tolerations": [{"key": REAL_NODE_TAINT_KEY, "operator": "Exists"}],
         "topologySpreadConstraints": [
             {
                 "maxSkew": 1,
@@ -533,31 +542,64 @@ def _step(out: Callable[[str], None], what: str, argv: list[str]) -> None:
     out(f"    {what}: {time.monotonic() - began:.0f} s")
 
 
-def set_up(args: argparse.Namespace, out: Callable[[str], None]) -> tuple[LocalCluster, str]:
+def set_up(args: argparse.Namespace, out: Callable[[str], None]) -> tuple[LocalCluster, str, bool]:
     """Build what is missing (Kubernetes, images, the peer: each cached), start a cluster of
-    real nodes only, and taint one of them for the two operators."""
+    real nodes only (or connect to ``ELASTICJOB_BENCH_CLUSTER``), and taint one real node for
+    the two operators. Returns the cluster, that node, and whether the cluster is ours."""
+    reuse = os.environ.get("ELASTICJOB_BENCH_CLUSTER")
     out("==> builds (cached when done)")
-    _step(out, "localcluster/build.sh", [str(REPO / "localcluster" / "build.sh")])
-    _step(out, "localcluster/images/build.sh", [str(REPO / "localcluster" / "images" / "build.sh")])
+    if reuse is None:
+        _step(out, "localcluster/build.sh", [str(REPO / "localcluster" / "build.sh")])
+        _step(
+            out,
+            "localcluster/images/build.sh",
+            [str(REPO / "localcluster" / "images" / "build.sh")],
+        )
     _step(
         out,
         "localcluster/kubeflow/build.sh",
         [str(REPO / "localcluster" / "kubeflow" / "build.sh")],
     )
-    config = ClusterConfig(name=f"goodput-{os.getpid()}", nodes=0, real_nodes=args.real_nodes)
-    out(f"==> cluster {config.name}: {args.real_nodes} real nodes")
-    began = time.monotonic()
-    cluster = start_cluster(config, owned=True)
-    out(f"    up in {time.monotonic() - began:.0f} s")
+    if reuse is not None:
+        found = connect(ClusterConfig(name=reuse))
+        if found is None:
+            raise BenchError(f"ELASTICJOB_BENCH_CLUSTER={reuse}: no such cluster is running")
+        cluster = found
+        out(f"==> cluster {reuse} (running; left running)")
+    else:
+        config = ClusterConfig(name=f"goodput-{os.getpid()}", nodes=0, real_nodes=args.real_nodes)
+        out(f"==> cluster {config.name}: {args.real_nodes} real nodes")
+        began = time.monotonic()
+        cluster = start_cluster(config, owned=True)
+        out(f"    up in {time.monotonic() - began:.0f} s")
+    if len(cluster.real_nodes) < 4:
+        raise BenchError(
+            f"cluster {cluster.config.name}: {len(cluster.real_nodes)} real nodes, 4 needed"
+        )
     system = sorted(cluster.real_nodes)[0]
-    cluster.kubectl("taint", "node", system, f"{SYSTEM_TAINT}=true:NoSchedule")
-    return cluster, system
+    cluster.kubectl("taint", "node", system, f"{SYSTEM_TAINT}=true:NoSchedule", "--overwrite")
+    return cluster, system, reuse is None
+
+
+def tear_down(cluster: LocalCluster, system: str, own: bool) -> None:
+    """Stop our cluster; or leave a reused one as it was found."""
+    if own:
+        cluster.stop()
+        shutil.rmtree(cluster.config.state_dir, ignore_errors=True)
+        return
+    cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
+    cluster.helm("uninstall", RELEASE, "--namespace", OPERATOR_NAMESPACE, "--wait", check=False)
+    cluster.kubectl("delete", "namespace", OPERATOR_NAMESPACE, "--wait=false", check=False)
+    cluster.kubectl("taint", "node", system, f"{SYSTEM_TAINT}-", check=False)
 
 
 def install_operators(cluster: LocalCluster, system: str, out: Callable[[str], None]) -> None:
     placement = {
         "nodeSelector": {HOSTNAME: system},
-        "tolerations": [{"key": SYSTEM_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
+        "tolerations": [
+            {"key": SYSTEM_TAINT, "operator": "Exists", "effect": "NoSchedule"},
+            {"key": REAL_NODE_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"},
+        ],
     }
     values = cluster.config.state_dir / "goodput-values.json"
     values.write_text(json.dumps(placement))
@@ -639,7 +681,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         interval=args.interval,
     )
     began = time.time()
-    cluster, system = set_up(args, out)
+    cluster, system, own = set_up(args, out)
     kubernetes = str(cluster.info.get("version"))
     rows: list[dict[str, Any]] = []
     try:
@@ -678,8 +720,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                     r["_note"] = f"run failed: {str(err).splitlines()[0][:80]}"
                                     rows.append(r)
     finally:
-        cluster.stop()
-        shutil.rmtree(cluster.config.state_dir, ignore_errors=True)
+        tear_down(cluster, system, own)
     public = [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows]
     print()
     print(

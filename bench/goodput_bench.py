@@ -710,7 +710,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                                     rows.append(r)
                                 continue
                             try:
-                                rows.extend(bench.run(candidate, shape, faults))
+                                measured = bench.run(candidate, shape, faults)
+                                rows.extend(measured)
+                                for r in measured:
+                                    out(f"    {json.dumps(r)}")
                             except (BenchError, ClusterError, TimeoutError) as err:
                                 out(f"    not measured: {err}")
                                 for fault in faults:

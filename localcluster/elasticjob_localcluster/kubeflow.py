@@ -189,6 +189,9 @@ def make_certificates(directory: Path, *, ip: str) -> None:
         "-extfile", "san.ext", cwd=directory,
     )  # fmt: skip
     for key in ("ca.key", "tls.key"):
+        # The rotator parses keys as PKCS#1 only (x509.ParsePKCS1PrivateKey); OpenSSL 3 writes
+        # PKCS#8 by default.
+        _openssl("rsa", "-in", key, "-out", key, "-traditional", cwd=directory)
         (directory / key).chmod(0o600)
 
 

@@ -109,4 +109,7 @@ def test_the_certificates_are_what_the_rotator_and_the_api_server_accept(tmp_pat
     # Valid well beyond the rotator's 90-day look-ahead, so it never replaces them.
     assert _openssl("x509", "-in", str(tmp_path / "tls.crt"), "-noout", "-checkend",
                     str(91 * 24 * 3600)).strip() == "Certificate will not expire"  # fmt: skip
-    assert (tmp_path / "tls.key").stat().st_mode & 0o077 == 0
+    for key in ("ca.key", "tls.key"):
+        # PKCS#1, the only form the rotator parses.
+        assert (tmp_path / key).read_text().startswith("-----BEGIN RSA PRIVATE KEY-----")
+        assert (tmp_path / key).stat().st_mode & 0o077 == 0

@@ -70,10 +70,7 @@ from elasticjob_localcluster import (  # noqa: E402
     start_cluster,
 )
 from elasticjob_localcluster.kubeflow import KUBEFLOW_VERSION, TrainingOperator  # noqa: E402
-from elasticjob_localcluster.realnodes.layout import (  # noqa: E402
-    REAL_NODE_LABEL,
-    REAL_NODE_TAINT_KEY,
-)
+from elasticjob_localcluster.placement import REAL_NODE_PLACEMENT, place  # noqa: E402
 from elasticjob_localcluster.testing import TRAINING_IMAGE  # noqa: E402
 from goodput_measure import (  # noqa: E402
     FaultCost,
@@ -168,11 +165,8 @@ def pod_spec(
 ) -> dict[str, Any]:
     """The worker pod spec both systems get: the training image, the shared volume, one
     worker per node (a hard spread over the nodes left; a lost node's taint is honoured)."""
-    return {
+    spec = {
         "terminationGracePeriodSeconds": 30,
-        # Real nodes only (a cluster with virtual nodes taints its real ones).
-        "nodeSelector": {REAL_NODE_LABEL: "true"},
-        "tolerations": [{"key": REAL_NODE_TAINT_KEY, "operator": "Exists"}],
         "topologySpreadConstraints": [
             {
                 "maxSkew": 1,
@@ -194,6 +188,8 @@ def pod_spec(
         ],
         "volumes": [{"name": "shared", "hostPath": {"path": str(host_dir), "type": "Directory"}}],
     }
+    # Real nodes only (the hostPath is the host's there).
+    return place(spec, REAL_NODE_PLACEMENT)
 
 
 def pytorchjob_manifest(
@@ -598,7 +594,6 @@ def install_operators(cluster: LocalCluster, system: str, out: Callable[[str], N
         "nodeSelector": {HOSTNAME: system},
         "tolerations": [
             {"key": SYSTEM_TAINT, "operator": "Exists", "effect": "NoSchedule"},
-            {"key": REAL_NODE_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"},
         ],
     }
     values = cluster.config.state_dir / "goodput-values.json"

@@ -30,7 +30,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -42,6 +41,7 @@ from types import TracebackType
 from typing import Any
 
 import yaml
+from elasticjob_agent.ports import free_port
 
 from .config import cache_dir, repo_root, tool_path
 from .handle import LocalCluster
@@ -198,12 +198,6 @@ def make_certificates(directory: Path, *, ip: str) -> None:
 # -- the process ---------------------------------------------------------------------------------
 
 
-def _free_port(host: str) -> int:
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
-
-
 @dataclass
 class TrainingOperator:
     """One cluster's training operator: files in ``<state_dir>/kubeflow``, log in
@@ -271,7 +265,7 @@ class TrainingOperator:
                 tls_key=(certs / "tls.key").read_bytes(),
             )
         )
-        webhook_port = _free_port(self.host)
+        webhook_port = free_port(self.host)
         manifests = [
             d
             for d in yaml.safe_load_all((built / "webhook" / "manifests.yaml").read_text())
@@ -285,13 +279,13 @@ class TrainingOperator:
             )
         )
 
-        self.health_port = _free_port("127.0.0.1")
+        self.health_port = free_port("127.0.0.1")
         argv = operator_argv(
             built / "bin" / "training-operator",
             kubeconfig=self.kubeconfig,
             webhook_port=webhook_port,
             health_port=self.health_port,
-            metrics_port=_free_port("127.0.0.1"),
+            metrics_port=free_port("127.0.0.1"),
         )
         CERT_MOUNT.mkdir(parents=True, exist_ok=True)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)

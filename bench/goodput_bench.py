@@ -133,7 +133,11 @@ class Candidate:
     spares: int = 0
 
 
-CANDIDATES = (Candidate(PEER), Candidate("elasticjob"), Candidate("elasticjob", spares=1))
+CANDIDATE_NAMES = {
+    PEER: Candidate(PEER),
+    "elasticjob": Candidate("elasticjob"),
+    "elasticjob-spare": Candidate("elasticjob", spares=1),
+}
 
 
 @dataclass(frozen=True)
@@ -366,7 +370,11 @@ class Bench:
             run_goodput = goodput(final, step_time=self.settings.step_time, end=end)
             after = self.restarts(candidate, name)
             for i, (fault, at, before) in enumerate(measured):
-                until = measured[i + 1][1] if i + 1 < len(measured) else time.time()
+                # Nothing after the deadline counts (a restored node may bring a job back).
+                until = min(
+                    measured[i + 1][1] if i + 1 < len(measured) else time.time(),
+                    at + self.settings.recovery_timeout,
+                )
                 cost = fault_cost(final, at, until=until)
                 upto = measured[i + 1][2] if i + 1 < len(measured) else after
                 reported = None if upto is None or before is None else upto - before
@@ -386,7 +394,7 @@ class Bench:
             self.cleanup(kind, name, host_dir)
 
     def _await_recovery(self, progress: Callable[[], list[Progress]], at: float) -> FaultCost:
-        """Until the group after the fault did ``settle_steps`` steps (or the deadline)."""
+        """Until the group after the fault did ``settle_steps`` steps, or the deadline."""
         deadline = at + self.settings.recovery_timeout
         quiet = self.settings.settle_steps * self.settings.step_time
         while time.time() < deadline:
@@ -397,12 +405,10 @@ class Bench:
             if cost.recovery_s is not None and (
                 cost.groups or now - at > cost.recovery_s + quiet + 30
             ):
-                base = last_step(progress()) or 0
-                self._wait(
-                    "steps after the recovery",
-                    reached(progress, base + self.settings.settle_steps),
-                    max(30.0, deadline - time.time()),
-                )
+                target = (last_step(progress()) or 0) + self.settings.settle_steps
+                settle_by = time.monotonic() + max(30.0, deadline - time.time())
+                while not reached(progress, target)() and time.monotonic() < settle_by:
+                    time.sleep(0.5)
                 return fault_cost(progress(), at, until=time.time())
             time.sleep(0.5)
         return fault_cost(progress(), at, until=deadline)
@@ -636,6 +642,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="long run: seconds of training between faults (default 60)",
     )
     parser.add_argument("--shapes", default="fixed,elastic", help="fixed, elastic or both")
+    parser.add_argument(
+        "--candidates",
+        default=",".join(CANDIDATE_NAMES),
+        help=f"comma-separated, from {','.join(CANDIDATE_NAMES)} (default: all)",
+    )
     parser.add_argument("--step-time", type=float, default=0.5)
     parser.add_argument("--checkpoint-every", type=int, default=10)
     parser.add_argument("--max-restarts", type=int, default=10)
@@ -653,6 +664,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if not shapes or set(shapes) - set(SHAPES):
         parser.error(f"--shapes: choose from {','.join(SHAPES)}")
     args.shapes = shapes
+    names = [c for c in args.candidates.split(",") if c]
+    if not names or set(names) - set(CANDIDATE_NAMES):
+        parser.error(f"--candidates: choose from {','.join(CANDIDATE_NAMES)}")
+    args.candidates = [CANDIDATE_NAMES[n] for n in names]
     if args.repeat < 1:
         parser.error("--repeat must be >= 1")
     if args.real_nodes < 4:
@@ -694,7 +709,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             schedule = [args.faults] if args.long_run else [[f] for f in args.faults]
             for faults in schedule:
                 for shape in args.shapes:
-                    for candidate in CANDIDATES:
+                    for candidate in args.candidates:
                         for _ in range(args.repeat):
                             if candidate.spares and not bench.spares_supported:
                                 for fault in faults:

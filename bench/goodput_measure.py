@@ -74,7 +74,8 @@ def fault_cost(progress: Sequence[Progress], fault_at: float, *, until: float) -
 
     When a group started after the fault, recovery ends at the first step that group did (a
     step the old group finished in the moment after the fault is not a recovery). When none
-    started, the old group trained on and recovery ends at its next step."""
+    started, the old group trained on and recovery ends at its second step after the fault
+    (the first may have been in flight when the fault hit)."""
     window = [p for p in progress if fault_at < p.time <= until]
     starts = [p for p in window if p.event == "start"]
     if starts:
@@ -85,7 +86,9 @@ def fault_cost(progress: Sequence[Progress], fault_at: float, *, until: float) -
         done_before = last_step(progress, until=first.time)
         lost = None if done_before is None else max(0, done_before - first.step)
     else:
-        after = [p for p in window if p.event == "step"]
+        # The old group trained on. Its first step after the fault may have been in flight when
+        # the fault hit (done, logged a moment later, the group dead): its second one counts.
+        after = [p for p in window if p.event == "step"][1:]
         lost = 0
     recovery = after[0].time - fault_at if after else None
     return FaultCost(

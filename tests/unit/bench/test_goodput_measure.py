@@ -43,13 +43,19 @@ def test_a_step_the_old_group_finished_just_after_the_fault_is_not_the_recovery(
     assert cost == FaultCost(recovery_s=13.3, steps_lost=5, groups=1)
 
 
-def test_without_a_new_group_the_next_step_ends_the_recovery_and_nothing_is_lost() -> None:
+def test_without_a_new_group_the_second_step_ends_the_recovery_and_nothing_is_lost() -> None:
     cost = fault_cost(RESTARTED, 101.2, until=107.5)
-    assert cost == FaultCost(recovery_s=0.3, steps_lost=0, groups=0)
+    assert cost == FaultCost(recovery_s=0.8, steps_lost=0, groups=0)
 
 
 def test_no_step_after_the_fault_is_no_recovery() -> None:
     cost = fault_cost(RESTARTED, 108.0, until=119.0)
+    assert cost == FaultCost(recovery_s=None, steps_lost=None, groups=0)
+
+
+def test_one_step_in_flight_when_the_group_died_is_no_recovery() -> None:
+    # Step 15 was logged just after the fault; nothing came after it before the deadline.
+    cost = fault_cost(RESTARTED, 107.4, until=119.0)
     assert cost == FaultCost(recovery_s=None, steps_lost=None, groups=0)
 
 

@@ -76,6 +76,7 @@ bench: setup cluster-build
 	$(PY) bench/hang_bench.py
 	$(PY) bench/cluster_start_bench.py
 	$(PY) bench/operator_bench.py
+	$(PY) bench/goodput_bench.py --faults node-loss
 
 # Copy crds/ and dashboards/ (the one sources) into the chart.
 sync-chart:

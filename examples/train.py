@@ -57,6 +57,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--checkpoint-every", type=int, default=5, help="steps between checkpoints")
     parser.add_argument("--step-sleep", type=float, default=0.0, help="seconds to sleep per step")
+    parser.add_argument(
+        "--step-time",
+        type=float,
+        default=0.0,
+        help="pad every step to this many seconds (a fixed step time, for benchmarks)",
+    )
+    parser.add_argument(
+        "--progress-file",
+        default=None,
+        help="rank 0 appends '<unix time> start|step <n>' lines here (benchmarks read them)",
+    )
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
@@ -79,6 +90,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--checkpoint-every must be >= 1, got {args.checkpoint_every}")
     if args.step_sleep < 0:
         parser.error(f"--step-sleep must be >= 0, got {args.step_sleep}")
+    if args.step_time < 0:
+        parser.error(f"--step-time must be >= 0, got {args.step_time}")
     return args
 
 
@@ -122,6 +135,15 @@ def inject_failure(args: argparse.Namespace, rank: int, step: int) -> None:
         raise RuntimeError(f"injected failure at step {step} on rank {rank}")
 
 
+def log_progress(path: str | None, event: str, step: int) -> None:
+    """One ``<unix time> <event> <step>`` line, appended and flushed at once: a benchmark reads
+    the file while the job runs and after a fault killed the writer (a shared volume)."""
+    if path is None:
+        return
+    with open(path, "a", encoding="ascii") as out:
+        out.write(f"{time.time():.3f} {event} {step}\n")
+
+
 @record
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
@@ -151,9 +173,12 @@ def main(argv: list[str] | None = None) -> int:
         start = int(start_t.item())
         ddp = DistributedDataParallel(model)
         print(f"start step={start} rank={rank} world_size={world_size}", flush=True)
+        if rank == 0:
+            log_progress(args.progress_file, "start", start)
         loss_fn = nn.MSELoss()
         loss = torch.tensor(0.0)
         for step in range(start, args.steps):
+            began = time.monotonic()
             inject_failure(args, rank, step)
             x, y = synthetic_batch(step, rank, args.batch_size)
             optim.zero_grad()
@@ -167,6 +192,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"checkpoint step={done} loss={loss.item():.4f}", flush=True)
             if args.step_sleep:
                 time.sleep(args.step_sleep)
+            if args.step_time:
+                time.sleep(max(0.0, args.step_time - (time.monotonic() - began)))
+            if rank == 0:
+                # After the step's collective: every rank finished it.
+                log_progress(args.progress_file, "step", done)
         # The loop is over: the final barrier and the teardown are not watched for hangs.
         report_done()
         # Nobody leaves before rank 0's last checkpoint is on disk.

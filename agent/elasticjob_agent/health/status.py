@@ -30,6 +30,7 @@ class StatusFields:
     exit_reason: str | None = None
     health_port: int | None = None
     last_failure: WorkerFailure | None = None
+    warm_workers: int = 0
 
 
 class AgentStatus:
@@ -107,4 +108,5 @@ class AgentStatus:
             last_step=None if steps is None else steps[0],
             last_step_at=None if steps is None else steps[1],
             steps_done=False if steps is None else steps[2],
+            warm_workers=f.warm_workers,
         )

@@ -30,6 +30,9 @@ class AgentState(str, Enum):
     STARTING = "Starting"
     RENDEZVOUS = "Rendezvous"
     """Blocked in ``next_rendezvous()``; ``waitingSince`` says since when."""
+    STANDBY = "Standby"
+    """A hot spare: its round completed full without it; it waits, with its workers warm
+    (``warmWorkers``), to join the next round. Not waiting for anything the job lacks."""
     RUNNING = "Running"
     RESTARTING = "Restarting"
     STOPPING = "Stopping"
@@ -94,6 +97,8 @@ class HealthReport:
     steps_done: bool = False
     """A local worker said its training loop is over (``report_done``) in the current round:
     no hang is judged from here on."""
+    warm_workers: int = 0
+    """Warm worker processes that have imported torch and wait to become workers."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -128,6 +133,7 @@ class HealthReport:
             "lastStep": self.last_step,
             "lastStepAt": self.last_step_at,
             "stepsDone": self.steps_done,
+            "warmWorkers": self.warm_workers,
         }
 
     def dumps(self) -> str:
@@ -195,6 +201,7 @@ class HealthReport:
             last_step=_opt_int(data, "lastStep"),
             last_step_at=_opt_num(data, "lastStepAt"),
             steps_done=_opt_bool(data, "stepsDone"),
+            warm_workers=_opt_int(data, "warmWorkers") or 0,
         )
 
     @classmethod

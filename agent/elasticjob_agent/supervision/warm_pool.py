@@ -9,6 +9,7 @@ supervisor's thread only: ``PR_SET_PDEATHSIG`` fires when the spawning *thread* 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -18,6 +19,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 
 from elasticjob_agent.supervision.parent_death import die_with_parent
+from elasticjob_agent.supervision.zygote import READY_FD_ENV
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +51,9 @@ class WarmPool:
         self._env = dict(env)
         self._size = size
         self._spares: list[subprocess.Popen[bytes]] = []
+        self._ready_pipes: dict[int, int] = {}
+        """pid -> read end of the spare's ready pipe, until it said it is ready."""
+        self._ready: set[int] = set()
         self._nice = os.getpriority(os.PRIO_PROCESS, 0)
         soft, _ = resource.getrlimit(resource.RLIMIT_NICE)
         limit = 40 if soft == resource.RLIM_INFINITY else int(soft)
@@ -57,16 +62,47 @@ class WarmPool:
     def fill(self) -> None:
         """Start spares until there are ``size`` live ones (call from the supervisor's thread)."""
         self._spares = [p for p in self._spares if p.poll() is None]
+        self._forget(set(self._ready_pipes) - {p.pid for p in self._spares})
         while len(self._spares) < self._size:
-            self._spares.append(
-                subprocess.Popen(
+            read_end, write_end = os.pipe()
+            try:
+                proc = subprocess.Popen(
                     self._command,
-                    env=self._env,
+                    env={**self._env, READY_FD_ENV: str(write_end)},
                     stdin=subprocess.PIPE,
                     start_new_session=True,
+                    pass_fds=(write_end,),
                     preexec_fn=lambda: _spare_preexec(self._niced),  # noqa: PLW1509 - prctl, nice
                 )
-            )
+            except BaseException:
+                os.close(read_end)
+                raise
+            finally:
+                os.close(write_end)
+            os.set_blocking(read_end, False)
+            self._ready_pipes[proc.pid] = read_end
+            self._spares.append(proc)
+
+    def ready(self) -> int:
+        """How many live spares have imported their preloads (torch) and wait for work."""
+        live = {p.pid for p in self._spares if p.poll() is None}
+        for pid, fd in list(self._ready_pipes.items()):
+            try:
+                said = os.read(fd, 1)
+            except OSError as exc:
+                if exc.errno != errno.EAGAIN:
+                    raise
+                continue
+            if said:
+                self._ready.add(pid)
+            self._forget({pid})  # a byte (ready) or end of file (it died): nothing more to read
+        return len(self._ready & live)
+
+    def _forget(self, pids: set[int]) -> None:
+        for pid in pids:
+            fd = self._ready_pipes.pop(pid, None)
+            if fd is not None:
+                os.close(fd)
 
     def take(
         self, argv: Sequence[str], envs: Sequence[Mapping[str, str]], module: bool
@@ -76,6 +112,8 @@ class WarmPool:
         if len(live) < len(envs):
             return None
         taken, self._spares = live[: len(envs)], live[len(envs) :]
+        self._forget({p.pid for p in taken})
+        self._ready -= {p.pid for p in taken}
         for proc, env in zip(taken, envs, strict=True):
             message = json.dumps(
                 {
@@ -100,3 +138,5 @@ class WarmPool:
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         self._spares.clear()
+        self._forget(set(self._ready_pipes))
+        self._ready.clear()

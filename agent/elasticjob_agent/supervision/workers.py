@@ -160,6 +160,10 @@ class LocalWorkers:
         if started is None or time.monotonic() - started >= _REFILL_AFTER:
             self._warm.pool.fill()
 
+    def warm_ready(self) -> int:
+        """Warm workers that have torch imported and wait for work (0 without a warm pool)."""
+        return 0 if self._warm is None else self._warm.pool.ready()
+
     def pids(self) -> dict[int, int]:
         return {rank: proc.pid for rank, proc in self._procs.items()}
 

@@ -99,6 +99,14 @@ class HealthReport:
     no hang is judged from here on."""
     warm_workers: int = 0
     """Warm worker processes that have imported torch and wait to become workers."""
+    warm_pool: int = 0
+    """How many warm workers the agent keeps (``nproc_per_node``; 0 without warm workers)."""
+
+    @property
+    def spare_ready(self) -> bool:
+        """A hot spare ready to be called in: standing by with every warm worker's imports
+        done (the operator's ``status.readySpares`` counts these)."""
+        return self.state is AgentState.STANDBY and self.warm_workers >= self.warm_pool
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -134,6 +142,7 @@ class HealthReport:
             "lastStepAt": self.last_step_at,
             "stepsDone": self.steps_done,
             "warmWorkers": self.warm_workers,
+            "warmPool": self.warm_pool,
         }
 
     def dumps(self) -> str:
@@ -202,6 +211,7 @@ class HealthReport:
             last_step_at=_opt_num(data, "lastStepAt"),
             steps_done=_opt_bool(data, "stepsDone"),
             warm_workers=_opt_int(data, "warmWorkers") or 0,
+            warm_pool=_opt_int(data, "warmPool") or 0,
         )
 
     @classmethod

@@ -290,24 +290,29 @@ class Supervisor:
 
     def _note_standby(self, was: float | None) -> float | None:
         """Report a spare (``Standby``, not waiting for anything the job lacks) while the
-        rendezvous says this node stands by, with its warm workers (torch imported); back to
-        ``Rendezvous`` when a round calls it in. Returns since when it stands by, or None."""
+        rendezvous says this node stands by; back to ``Rendezvous`` when a round calls it in.
+        Returns since when it stands by, or None."""
         since_fn = getattr(self._handler, "standby_since", None)
         standing = since_fn is not None and since_fn() is not None
-        warm_fn = getattr(self._workers, "warm_ready", None)
-        warm = int(warm_fn()) if warm_fn is not None else 0
+        warm = self._note_warm()
         now = time.time()
         if standing and was is None:
             self._events.info("standing_by", warm_workers=warm)
-            self._status.update(state=AgentState.STANDBY, waiting_since=None, warm_workers=warm)
+            self._status.update(state=AgentState.STANDBY, waiting_since=None)
             return now
         if not standing and was is not None:
             self._events.info("called_in", standby_s=f"{now - was:.3f}", warm_workers=warm)
-            self._status.update(state=AgentState.RENDEZVOUS, waiting_since=now, warm_workers=warm)
-            return None
-        if warm != self._status.fields.warm_workers:
-            self._status.update(warm_workers=warm)
-        return was
+            self._status.update(state=AgentState.RENDEZVOUS, waiting_since=now)
+        return was if standing else None
+
+    def _note_warm(self) -> int:
+        """Put the warm workers that have torch imported (and the pool's size) in the report."""
+        warm_fn = getattr(self._workers, "warm_ready", None)
+        warm, pool = warm_fn() if warm_fn is not None else (0, 0)
+        fields = self._status.fields
+        if (warm, pool) != (fields.warm_workers, fields.warm_pool):
+            self._status.update(warm_workers=warm, warm_pool=pool)
+        return int(warm)
 
     def _raise_for_rendezvous_error(self, error: BaseException) -> None:
         if isinstance(error, RendezvousClosedError):
@@ -355,6 +360,7 @@ class Supervisor:
         while True:
             self._status.beat()
             self._workers.maintain()
+            self._note_warm()
             if self._stop_signal.wait(self._s.monitor_interval):
                 self._preempted()
             if self._timers_fired():

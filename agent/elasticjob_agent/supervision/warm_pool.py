@@ -83,6 +83,10 @@ class WarmPool:
             self._ready_pipes[proc.pid] = read_end
             self._spares.append(proc)
 
+    @property
+    def size(self) -> int:
+        return self._size
+
     def ready(self) -> int:
         """How many live spares have imported their preloads (torch) and wait for work."""
         live = {p.pid for p in self._spares if p.poll() is None}

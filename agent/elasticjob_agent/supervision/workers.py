@@ -160,9 +160,12 @@ class LocalWorkers:
         if started is None or time.monotonic() - started >= _REFILL_AFTER:
             self._warm.pool.fill()
 
-    def warm_ready(self) -> int:
-        """Warm workers that have torch imported and wait for work (0 without a warm pool)."""
-        return 0 if self._warm is None else self._warm.pool.ready()
+    def warm_ready(self) -> tuple[int, int]:
+        """(warm workers that have torch imported and wait, how many the pool keeps); (0, 0)
+        without a warm pool."""
+        if self._warm is None:
+            return 0, 0
+        return self._warm.pool.ready(), self._warm.pool.size
 
     def pids(self) -> dict[int, int]:
         return {rank: proc.pid for rank, proc in self._procs.items()}

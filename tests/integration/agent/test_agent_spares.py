@@ -57,7 +57,9 @@ def _spare_job(
     wait_for(settled, 240, "two members running and one spare standing by")
     (spare,) = [a for a in agents if states[a.name]["state"] == "Standby"]
     members = [a for a in agents if a is not spare]
-    spare.wait_status(lambda s: s["warmWorkers"] == 1, 180, "the spare's warm worker (torch)")
+    spare.wait_status(
+        lambda s: s["warmWorkers"] == s["warmPool"] == 1, 180, "the spare's warm worker (torch)"
+    )
     running = members[0].wait_running(world_size=2)
     wait_for((tmp_path / "ckpt" / "step-20.pt").exists, 180, "the first checkpoint")
     return run_id, members, spare, running

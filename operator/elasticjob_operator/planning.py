@@ -17,7 +17,17 @@ from elasticjob_agent.protocol.health import AgentState, HealthReport
 from elasticjob_agent.protocol.keys import JobKeys
 from elasticjob_agent.protocol.restarts import RestartReason
 
-from . import kueue, manifests, names, progress, restarts, root_cause, seeding, start_failures
+from . import (
+    kueue,
+    manifests,
+    names,
+    progress,
+    restarts,
+    root_cause,
+    seeding,
+    spares,
+    start_failures,
+)
 from .conditions import ConditionType, find_condition, set_condition, stamp_generation
 from .observed import Observed, PodPhase, PodView
 from .spec import CleanPodPolicy, EtcdMode, JobSpec
@@ -47,6 +57,13 @@ class MarkJoined:
 
 
 @dataclass(frozen=True)
+class MarkStoodBy:
+    """Its agent stood by as a hot spare: its loss is never a restart (``spares.py``)."""
+
+    pod: str
+
+
+@dataclass(frozen=True)
 class WriteSeed:
     """Write the restart seed into a recreated etcd, then record ``seededGeneration``."""
 
@@ -69,7 +86,7 @@ class Event:
     message: str
 
 
-Action = CreateObject | DeletePod | MarkJoined | WriteSeed | DeleteJob
+Action = CreateObject | DeletePod | MarkJoined | MarkStoodBy | WriteSeed | DeleteJob
 
 
 @dataclass(frozen=True)
@@ -271,7 +288,7 @@ def _plan(
     stall = classify(
         observed,
         etcd_view,
-        current_workers=[p for i, p in current.items() if i < spec.replicas],
+        current_workers=[p for i, p in current.items() if i < spec.worker_pods],
         min_nodes=spec.min_nodes,
         run_id=job.run_id,
         now=now,
@@ -381,12 +398,16 @@ def _mark_joined(draft: _Draft, observed: Observed) -> None:
             and report.round is not None
         ):
             draft.actions.append(MarkJoined(name, report.round))
+        elif pod is not None and not pod.stood_by and spares.stood_by(report, draft.status.run_id):
+            draft.actions.append(MarkStoodBy(name))
 
 
 def _replacement_reason(pod: PodView, lost_nodes: frozenset[str]) -> str | None:
     """The operator's restart reason for replacing ``pod``, or ``None`` when it does not count."""
     if pod.joined:
         return None  # its agent was in a round: the agents counted the group restart
+    if pod.stood_by:
+        return None  # a hot spare held no place in a group: its loss restarts nothing
     if pod.exit_code == ExitCode.ETCD_UNREACHABLE:
         return None  # etcd's fault: counted once as etcd-recovered when etcd is recreated
     if pod.phase is PodPhase.FAILED and not pod.evicted and pod.node not in lost_nodes:
@@ -497,6 +518,7 @@ def _finish(
         completion_time=now,
         ready_nodes=0,
         waiting_nodes=0,
+        ready_spares=0,
     )
     draft.commit_first = True
     draft.event("Warning" if phase is Phase.FAILED else "Normal", reason, message)
@@ -548,6 +570,7 @@ def _suspend(draft: _Draft, observed: Observed, now: float) -> None:
         attempts=attempts,
         ready_nodes=0,
         waiting_nodes=0,
+        ready_spares=0,
         replicas=0,
         stall=None,
         conditions=tuple(
@@ -775,7 +798,7 @@ def _manage_workers(
         draft.commit_first = True
         draft.event("Normal", "ExtraReleased", f"{pod.name} deleted: the core is queued again")
     current = _current_workers(observed.workers, attempts)
-    for index in range(spec.replicas):
+    for index in range(spec.worker_pods):
         found = current.get(index)
         attempt = attempts.get(index, 0)
         if found is None:
@@ -796,7 +819,13 @@ def _manage_workers(
             "Warning",
             "WorkerReplaced",
             f"worker pod {found.name} {why}; creating attempt {attempt + 1}"
-            + (f" (restart reason {reason})" if reason else " (the agents count this restart)"),
+            + (
+                f" (restart reason {reason})"
+                if reason
+                else " (a hot spare: no restart)"
+                if found.stood_by and not found.joined
+                else " (the agents count this restart)"
+            ),
         )
         if index not in admission.hold:
             draft.actions.append(
@@ -804,7 +833,7 @@ def _manage_workers(
             )
     for pod in observed.workers:
         superseded = pod.attempt < attempts.get(pod.index, 0)
-        scaled_away = pod.index >= spec.replicas
+        scaled_away = pod.index >= spec.worker_pods
         on_lost_node = pod.node is not None and pod.node in lost_nodes
         if superseded or scaled_away:
             if not pod.deleting:
@@ -877,7 +906,7 @@ def _note_start_failures(draft: _Draft, spec: JobSpec, observed: Observed, now: 
     after = start_failures.track(
         before,
         workers=_current_workers(observed.workers, {}),
-        replicas=spec.replicas,
+        replicas=spec.worker_pods,
         etcd=max(observed.etcd_pods, key=lambda p: p.index, default=None),
         managed_etcd=spec.etcd.mode is EtcdMode.MANAGED,
     )
@@ -958,7 +987,10 @@ def _summarize(
         elif status.rendezvous_waiting_since is not None:
             last_duration = max(0.0, now - status.rendezvous_waiting_since)
     current = _current_workers(observed.workers, status.attempts)
-    replicas = sum(1 for p in current.values() if not p.terminal and not p.deleting)
+    replicas = spares.group_replicas(
+        spec, sum(1 for p in current.values() if not p.terminal and not p.deleting)
+    )
+    spare_view = spares.view(spec, list(current.values()), observed.reports, status.run_id)
     if in_round:
         phase, reason, message = Phase.RUNNING, "Running", f"round {top_round}, world size {world}"
     elif status.phase is Phase.RUNNING and not waiting:
@@ -991,6 +1023,19 @@ def _summarize(
         message,
         now=now,
     )
+    if spare_view is not None:
+        before = find_condition(conds, ConditionType.SPARES_READY)
+        conds = set_condition(
+            conds,
+            ConditionType.SPARES_READY,
+            spare_view.ok,
+            spare_view.reason,
+            spare_view.message,
+            now=now,
+        )
+        news = (before or {}).get("reason") != spare_view.reason
+        if news and spare_view.reason in (spares.UNSCHEDULABLE, spares.NOT_STARTING):
+            draft.event("Warning", spare_view.reason, spare_view.message)
     if phase is not status.phase:
         draft.event("Normal", phase.value, message)
     draft.status = status.evolve(
@@ -1000,6 +1045,7 @@ def _summarize(
         conditions=tuple(conds),
         ready_nodes=len(in_round),
         waiting_nodes=len(waiting),
+        ready_spares=0 if spare_view is None else spare_view.ready,
         world_size=world,
         round=top_round,
         replicas=replicas,

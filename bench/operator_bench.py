@@ -51,6 +51,7 @@ from elasticjob_localcluster import (  # noqa: E402
     connect,
     start_cluster,
 )
+from elasticjob_localcluster.placement import on_virtual_nodes  # noqa: E402
 
 NS = "bench"
 AGENT_TLS = "cacert" in (REPO / "agent/elasticjob_agent/rendezvous/config.py").read_text()
@@ -126,7 +127,7 @@ def job(name: str, **spec: Any) -> dict[str, Any]:
         "nprocPerNode": 1,
         "rendezvous": {"lastCallTimeoutSeconds": 1},
         "template": {
-            "spec": {
+            "spec": on_virtual_nodes({
                 "containers": [
                     {
                         "name": "trainer",
@@ -135,7 +136,7 @@ def job(name: str, **spec: Any) -> dict[str, Any]:
                         "args": ["--steps", "100000", "--step-sleep", "0.5"],
                     }
                 ]
-            }
+            })
         },
     }
     body.update(spec)
@@ -188,7 +189,7 @@ def _torchrun_pod(name: str, index: int, master: str) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": f"{name}-{index}", "namespace": NS, "labels": {"bench": name}},
-        "spec": {
+        "spec": on_virtual_nodes({
             "restartPolicy": "Never",
             "hostname": f"{name}-{index}",
             "subdomain": name,
@@ -210,7 +211,7 @@ def _torchrun_pod(name: str, index: int, master: str) -> dict[str, Any]:
                     ],
                 }
             ],
-        },
+        }),
     }
 
 
@@ -463,7 +464,7 @@ def hostile_pods(cluster: LocalCluster, count: int) -> list[str]:
                         }
                     ],
                 },
-                "spec": {
+                "spec": on_virtual_nodes({
                     "restartPolicy": "Never",
                     "containers": [
                         {
@@ -477,7 +478,7 @@ def hostile_pods(cluster: LocalCluster, count: int) -> list[str]:
                             ],
                         }
                     ],
-                },
+                }),
             }
         )
     kubectl(
@@ -597,7 +598,7 @@ def main() -> int:
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {"name": "shared-etcd", "namespace": NS},
-            "spec": {
+            "spec": on_virtual_nodes({
                 "restartPolicy": "Never",
                 "containers": [
                     {
@@ -611,7 +612,7 @@ def main() -> int:
                         ],
                     }
                 ],
-            },
+            }),
         }
         if "many" not in sections:
             raise _Done

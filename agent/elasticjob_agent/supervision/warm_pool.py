@@ -16,8 +16,10 @@ import os
 import resource
 import signal
 import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 
+from elasticjob_agent.supervision.output_capture import CapturedStream, capture, console_bytes
 from elasticjob_agent.supervision.parent_death import die_with_parent
 from elasticjob_agent.supervision.zygote import READY_FD_ENV
 
@@ -54,6 +56,9 @@ class WarmPool:
         self._ready_pipes: dict[int, int] = {}
         """pid -> read end of the spare's ready pipe, until it said it is ready."""
         self._ready: set[int] = set()
+        # Each spare's stderr goes to the agent's console through a pipe whose end is kept:
+        # the root cause of a warm worker's failure (output_capture).
+        self._outputs: dict[int, CapturedStream] = {}
         self._nice = os.getpriority(os.PRIO_PROCESS, 0)
         soft, _ = resource.getrlimit(resource.RLIMIT_NICE)
         limit = 40 if soft == resource.RLIM_INFINITY else int(soft)
@@ -62,7 +67,9 @@ class WarmPool:
     def fill(self) -> None:
         """Start spares until there are ``size`` live ones (call from the supervisor's thread)."""
         self._spares = [p for p in self._spares if p.poll() is None]
-        self._forget(set(self._ready_pipes) - {p.pid for p in self._spares})
+        live = {p.pid for p in self._spares}
+        self._outputs = {pid: out for pid, out in self._outputs.items() if pid in live}
+        self._forget(set(self._ready_pipes) - live)
         while len(self._spares) < self._size:
             read_end, write_end = os.pipe()
             try:
@@ -70,6 +77,7 @@ class WarmPool:
                     self._command,
                     env={**self._env, READY_FD_ENV: str(write_end)},
                     stdin=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
                     start_new_session=True,
                     pass_fds=(write_end,),
                     preexec_fn=lambda: _spare_preexec(self._niced),  # noqa: PLW1509 - prctl, nice
@@ -82,6 +90,12 @@ class WarmPool:
             os.set_blocking(read_end, False)
             self._ready_pipes[proc.pid] = read_end
             self._spares.append(proc)
+            if proc.stderr is not None:  # always: PIPE was requested
+                self._outputs[proc.pid] = capture(proc.stderr, console=console_bytes(sys.stderr))
+
+    def output_of(self, proc: subprocess.Popen[bytes]) -> CapturedStream | None:
+        """The kept stderr of a worker :meth:`take` returned (and its pump), handed over once."""
+        return self._outputs.pop(proc.pid, None)
 
     @property
     def size(self) -> int:
@@ -144,3 +158,4 @@ class WarmPool:
         self._spares.clear()
         self._forget(set(self._ready_pipes))
         self._ready.clear()
+        self._outputs.clear()

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from elasticjob_localcluster import LocalCluster
+from elasticjob_localcluster.placement import on_virtual_nodes
 
 from tests.e2e.operator.conftest import OperatorProcess, get_job, job_manifest, phase, wait_job
 
@@ -72,7 +73,7 @@ def _hostile_pod(job: dict[str, Any], index: int, kind: str) -> dict[str, Any]:
                 }
             ],
         },
-        "spec": {
+        "spec": on_virtual_nodes({
             "restartPolicy": "Never",
             "containers": [
                 {
@@ -81,7 +82,7 @@ def _hostile_pod(job: dict[str, Any], index: int, kind: str) -> dict[str, Any]:
                     "command": ["python", "-c", SERVER, kind],
                 }
             ],
-        },
+        }),
     }
 
 

@@ -99,17 +99,19 @@ def job(name: str, *, replicas: int, min_nodes: int, queued: bool) -> dict[str, 
         "nprocPerNode": 1,
         "rendezvous": {"lastCallTimeoutSeconds": 1, "heartbeatSeconds": 3},
         "template": {
-            "spec": on_virtual_nodes({
-                "containers": [
-                    {
-                        "name": "trainer",
-                        "image": "x",
-                        "command": ["python", "examples/train.py"],
-                        "args": ["--steps", "100000", "--step-sleep", "0.5"],
-                        "resources": {"limits": {GPU: 2}},
-                    }
-                ]
-            })
+            "spec": on_virtual_nodes(
+                {
+                    "containers": [
+                        {
+                            "name": "trainer",
+                            "image": "x",
+                            "command": ["python", "examples/train.py"],
+                            "args": ["--steps", "100000", "--step-sleep", "0.5"],
+                            "resources": {"limits": {GPU: 2}},
+                        }
+                    ]
+                }
+            )
         },
     }
     meta: dict[str, Any] = {"name": name}
@@ -129,18 +131,20 @@ def sleeper(name: str, gpus: int, *, queued: bool, priority: str = "bench-core")
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "labels": labels},
-        "spec": on_virtual_nodes({
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 1,
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "x",
-                    "command": ["python", "-c", "import time; time.sleep(3600)"],
-                    "resources": {"limits": {GPU: str(gpus)}},
-                }
-            ],
-        }),
+        "spec": on_virtual_nodes(
+            {
+                "restartPolicy": "Never",
+                "terminationGracePeriodSeconds": 1,
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "x",
+                        "command": ["python", "-c", "import time; time.sleep(3600)"],
+                        "resources": {"limits": {GPU: str(gpus)}},
+                    }
+                ],
+            }
+        ),
     }
 
 

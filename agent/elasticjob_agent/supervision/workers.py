@@ -128,14 +128,25 @@ class LocalWorkers:
                     stdout = file
             if "stdout" in piped:
                 stdout = subprocess.PIPE
-            proc = subprocess.Popen(
-                self._command,
-                env=env,
-                stdout=stdout,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-                preexec_fn=die_with_parent,  # noqa: PLW1509 - only calls prctl(2)
-            )
+            try:
+                proc = subprocess.Popen(
+                    self._command,
+                    env=env,
+                    stdout=stdout,
+                    stderr=subprocess.PIPE,
+                    start_new_session=True,
+                    preexec_fn=die_with_parent,  # noqa: PLW1509 - only calls prctl(2)
+                )
+            except OSError as exc:
+                # As a shell would: the worker "ran" and failed with 127 and a message, so the
+                # failure is counted and explained like any other instead of crashing the agent.
+                proc = subprocess.Popen(
+                    _cannot_run(self._command[0], exc),
+                    stdout=stdout,
+                    stderr=subprocess.PIPE,
+                    start_new_session=True,
+                    preexec_fn=die_with_parent,  # noqa: PLW1509 - only calls prctl(2)
+                )
             for name, (log_file, console, prefix_bytes) in piped.items():
                 src = proc.stdout if name == "stdout" else proc.stderr
                 if src is None:  # cannot happen: PIPE was requested for this stream
@@ -212,6 +223,17 @@ class LocalWorkers:
         self._pumps.clear()
         self._stderr.clear()
         return codes
+
+
+CANNOT_RUN_EXIT = 127
+"""A worker whose command cannot be started exits so, as in a shell."""
+
+
+def _cannot_run(command: str, exc: OSError) -> list[str]:
+    """argv of a process that reports why ``command`` cannot run and exits 127."""
+    message = f"elasticjob-agent: cannot run {command!r}: [Errno {exc.errno}] {exc.strerror}"
+    code = f"import sys; sys.stderr.write({message!r} + '\\n'); sys.exit({CANNOT_RUN_EXIT})"
+    return [sys.executable, "-c", code]
 
 
 def _signal_session(proc: subprocess.Popen[bytes], sig: int) -> None:

@@ -102,9 +102,7 @@ class Fleet:
     def deploy_dns(self, timeout: float = 180) -> None:
         """Apply CoreDNS and wait until its pod is Ready behind the kube-dns Service."""
         began = time.monotonic()
-        text = "\n".join(
-            json.dumps(m) for m in coredns_manifests(min(2, len(self.nodes)))
-        )
+        text = "\n".join(json.dumps(m) for m in coredns_manifests(min(2, len(self.nodes))))
         self.kubectl("apply", "-f", "-", input=text)
         deadline = time.monotonic() + timeout
         while True:

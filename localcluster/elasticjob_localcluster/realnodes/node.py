@@ -21,8 +21,8 @@ from ..config import k8s_bin_dir, network_policy_binary
 from ..controlplane import SERVICE_CIDR, ControlPlane
 from ..network import NetworkError, Subnet
 from ..pki import NETWORK_POLICY_IDENTITY, issue_certificate
-from . import cgroups
 from ..placement import REAL_NODE_LABEL
+from . import cgroups
 from .layout import NodeLayout, cluster_cidr
 from .render import (
     KUBELET_SYSCTLS,

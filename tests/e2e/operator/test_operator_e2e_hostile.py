@@ -73,16 +73,18 @@ def _hostile_pod(job: dict[str, Any], index: int, kind: str) -> dict[str, Any]:
                 }
             ],
         },
-        "spec": on_virtual_nodes({
-            "restartPolicy": "Never",
-            "containers": [
-                {
-                    "name": "hostile",
-                    "image": "ghcr.io/elasticjob/training-example:0.1.0",
-                    "command": ["python", "-c", SERVER, kind],
-                }
-            ],
-        }),
+        "spec": on_virtual_nodes(
+            {
+                "restartPolicy": "Never",
+                "containers": [
+                    {
+                        "name": "hostile",
+                        "image": "ghcr.io/elasticjob/training-example:0.1.0",
+                        "command": ["python", "-c", SERVER, kind],
+                    }
+                ],
+            }
+        ),
     }
 
 

@@ -34,22 +34,24 @@ def _intruder(name: str, ns: str, endpoint: str, *command: str) -> dict[str, Any
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": ns},
-        "spec": on_virtual_nodes({
-            "restartPolicy": "Never",
-            "containers": [
-                {
-                    "name": "etcdctl",
-                    "image": "quay.io/coreos/etcd:v3.5.17",
-                    "command": [
-                        "etcdctl",
-                        f"--endpoints={endpoint}",
-                        "--dial-timeout=5s",
-                        "--command-timeout=5s",
-                        *command,
-                    ],
-                }
-            ],
-        }),
+        "spec": on_virtual_nodes(
+            {
+                "restartPolicy": "Never",
+                "containers": [
+                    {
+                        "name": "etcdctl",
+                        "image": "quay.io/coreos/etcd:v3.5.17",
+                        "command": [
+                            "etcdctl",
+                            f"--endpoints={endpoint}",
+                            "--dial-timeout=5s",
+                            "--command-timeout=5s",
+                            *command,
+                        ],
+                    }
+                ],
+            }
+        ),
     }
 
 

@@ -147,3 +147,26 @@ def test_the_stderr_tail_keeps_the_last_twenty_lines(
     tail = report["lastFailure"]["outputTail"]
     assert tail.splitlines() == [f"line {i}" for i in range(80, 100)]
     assert report["lastFailure"]["exitCode"] == 5
+
+
+def test_a_command_that_does_not_exist_fails_with_127_and_says_so(
+    etcd_server_session: Any, spawn_agent: Spawn, tmp_path: Path
+) -> None:
+    termination_log = tmp_path / "termination-log"
+    flags = [
+        *rdzv_flags(etcd_server_session.endpoint, f"t-{uuid.uuid4().hex[:10]}", "1:1"),
+        "--max-restarts", "0",
+        "--no-python",
+    ]  # fmt: skip
+    agent = spawn_agent(
+        "a",
+        [*flags, "no-such-trainer"],
+        env={"ELASTICJOB_TERMINATION_LOG": str(termination_log), "POD_NAME": "job-worker-0-0"},
+    )
+    assert agent.wait_exit(240) == ExitCode.MAX_RESTARTS_EXCEEDED, agent.log()[-3000:]
+    failure = from_termination_message(termination_log.read_text())
+    assert failure is not None and failure.exit_code == 127
+    assert failure.summary() == (
+        "rank 0 on job-worker-0-0 exited with code 127: elasticjob-agent: cannot run "
+        "'no-such-trainer': [Errno 2] No such file or directory"
+    )

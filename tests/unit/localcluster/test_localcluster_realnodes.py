@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from elasticjob_localcluster.config import ClusterConfig
 from elasticjob_localcluster.network import Subnet
+from elasticjob_localcluster.placement import REAL_NODE_LABEL
 from elasticjob_localcluster.realnodes.images import (
     REQUIRED,
     ImageError,
@@ -15,7 +16,6 @@ from elasticjob_localcluster.realnodes.images import (
     parse_index,
     stamps_match,
 )
-from elasticjob_localcluster.placement import REAL_NODE_LABEL
 from elasticjob_localcluster.realnodes.layout import CLUSTER_DNS_IP, NodeLayout, cluster_cidr
 from elasticjob_localcluster.realnodes.render import (
     cni_conflist,

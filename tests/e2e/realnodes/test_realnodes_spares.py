@@ -17,7 +17,6 @@ from elasticjob_localcluster import LocalCluster
 from tests.e2e.realnodes.conftest import (
     Release,
     apply_job,
-    by_reason,
     condition,
     diagnostics,
     expect_counts,

@@ -50,7 +50,12 @@ def test_a_spare_replaces_a_lost_node_and_a_new_spare_starts(
     (victim,) = [n for n in cluster.real_nodes if n != keep]
     # One worker per node first; the spare added next lands beside the operator (the spread
     # allows 2 and 1), so losing the other node loses one member and no spare.
-    apply_job(cluster, work, _placed(job_manifest("spares", steps=250, nproc=1), keep))
+    manifest = _placed(job_manifest("spares", steps=250, nproc=1), keep)
+    # Three workers, the operator and the managed etcd fit on one real node (2 CPUs) after the
+    # other is lost: the lost pod's replacement must be schedulable to become the next spare.
+    (trainer,) = manifest["spec"]["template"]["spec"]["containers"]
+    trainer["resources"]["requests"]["cpu"] = "250m"
+    apply_job(cluster, work, manifest)
     wait_job(cluster, work, "spares", "Running on 2 nodes", lambda j: ready_nodes(j) == 2)
     (etcd,) = pods(cluster, work, "etcd")
     if etcd["spec"]["nodeName"] != keep:

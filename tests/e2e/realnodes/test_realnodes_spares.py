@@ -3,7 +3,8 @@ The spare pod starts, its agent stands by with torch imported (``readySpares`` 1
 ``SparesReady`` condition, the ``Spares`` column of ``kubectl get ej``). Then the node of the
 member that does not share a node with the spare is lost (every process of it SIGKILLed): the
 spare takes its place in the next round with no scheduling and no image pull, the lost pod's
-replacement becomes the next spare, the job counts one ``failure`` and succeeds."""
+replacement becomes the next spare, the job counts one ``failure`` and succeeds. And a spare
+that cannot be scheduled says why without holding the group back."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from tests.e2e.realnodes.conftest import (
     wait_checkpoint,
     wait_job,
 )
-from tests.e2e.realnodes.test_realnodes_node_loss import _node_of_operator, _placed
+from tests.e2e.realnodes.test_realnodes_node_loss import HOSTNAME, _node_of_operator, _placed
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -127,3 +128,46 @@ def test_a_spare_replaces_a_lost_node_and_a_new_spare_starts(
         replaced,
         diagnostics(cluster, work, "spares"),
     )
+
+
+def test_a_spare_that_cannot_be_scheduled_says_why_and_the_group_trains(
+    cluster: LocalCluster, release: Release, work: str
+) -> None:
+    """Bad input: a spare that finds no room (each pod takes all 4 GPUs of the one real node it
+    may use) is not ready, the condition quotes the scheduler, and the group trains anyway."""
+    keep = _node_of_operator(cluster, release)
+    manifest = job_manifest("nospare", steps=400, nproc=1)
+    spec = manifest["spec"]
+    spec.update(replicas=1, minNodes=1, maxNodes=1, spares=1, device="gpu")
+    pod_spec = spec["template"]["spec"]
+    (trainer,) = pod_spec["containers"]
+    trainer["resources"]["limits"] = {"nvidia.com/gpu": 4}
+    pod_spec["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": HOSTNAME, "operator": "In", "values": [keep]}]}
+                ]
+            }
+        }
+    }
+    apply_job(cluster, work, manifest)
+    job = wait_job(
+        cluster,
+        work,
+        "nospare",
+        "Running, SparesReady=False/SpareUnschedulable",
+        lambda j: (
+            ready_nodes(j) == 1
+            and condition(j, "SparesReady").get("reason") == "SpareUnschedulable"
+        ),
+        timeout=300,
+    )
+    cond = condition(job, "SparesReady")
+    assert cond["status"] == "False", cond
+    assert "Insufficient nvidia.com/gpu" in cond["message"], cond
+    assert _ready_spares(job) == 0 and phase(job) == "Running", job["status"]
+    assert condition(job, "Stalled").get("status") != "True", job["status"]
+    table = cluster.kubectl("get", "ej", "nospare", "-n", work).stdout.splitlines()
+    header, row = table[0].split(), table[1].split()
+    assert row[header.index("SPARES")] == "0", table

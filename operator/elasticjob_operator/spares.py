@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from elasticjob_agent.protocol.health import AgentState, HealthReport
 
+from .conditions import ConditionType, find_condition, set_condition
 from .observed import PodView
 from .spec import JobSpec
 
@@ -86,6 +88,24 @@ def view(
         STARTING,
         f"{head}; {waiting} pod(s) outside the group are being created, starting or warming up",
     )
+
+
+def condition(
+    conditions: Sequence[Mapping[str, Any]], spare_view: SpareView, now: float
+) -> tuple[list[dict[str, Any]], bool]:
+    """``conditions`` with ``SparesReady`` set from ``spare_view``, and whether a Warning Event
+    is due: a spare that cannot be scheduled or started, once each time that cause appears."""
+    before = find_condition(conditions, ConditionType.SPARES_READY)
+    updated = set_condition(
+        conditions,
+        ConditionType.SPARES_READY,
+        spare_view.ok,
+        spare_view.reason,
+        spare_view.message,
+        now=now,
+    )
+    news = (before or {}).get("reason") != spare_view.reason
+    return updated, news and spare_view.reason in (UNSCHEDULABLE, NOT_STARTING)
 
 
 def stood_by(report: HealthReport | None, run_id: str) -> bool:

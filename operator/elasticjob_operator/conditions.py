@@ -26,6 +26,10 @@ class ConditionType(StrEnum):
     PODS_NOT_STARTING = "PodsNotStarting"
     """The kubelet cannot start a container of the job's pods: the reason is the kubelet's
     (``ErrImagePull``, ``StartError``, ...), the message names pod, container and cause."""
+    SPARES_READY = "SparesReady"
+    """Every hot spare (``spec.spares``) stands by with its workers warm; when not, the reason
+    says why (``SpareUnschedulable`` with the scheduler's message, ``SpareNotStarting``,
+    ``SparesStarting``). Never holds the group back."""
     REQUEST_REJECTED = "RequestRejected"
     """The API server refused a request of the operator (403, 422, 400), with its message;
     the operator retries with a growing back-off until the cause is fixed."""

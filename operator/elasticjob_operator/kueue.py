@@ -10,7 +10,8 @@ them (scheduling gate ``kueue.x-k8s.io/admission``) until their Workload is admi
   while another core pod is active; once none is (suspend, deletion, preemption, a lone core pod
   failing) the group is finished (``kueue.x-k8s.io/retriable-in-group: "false"``), its quota
   released, and the next core pods form a new Workload of the same name that queues again.
-- the **extras**: each index from ``minNodes`` up, a single-pod Workload of its own, with the
+- the **extras**: each index from ``minNodes`` up (hot spares included: they hold their quota
+  while they stand by), a single-pod Workload of its own, with the
   WorkloadPriorityClass named by the job's annotation :data:`EXTRAS_PRIORITY_ANNOTATION` (when
   set), so that preemption takes extras first and the job shrinks instead of dying.
 
@@ -145,7 +146,7 @@ def decide(
     }
     release: list[PodView] = []
     if not admitted:
-        hold.update(range(spec.min_nodes, spec.replicas))
+        hold.update(range(spec.min_nodes, spec.worker_pods))
     if queued:
         release = [p for i, p in current.items() if not is_core(spec, i) and not p.deleting]
     return Admission(queued, frozenset(hold), tuple(sorted(release, key=lambda p: p.index)))

@@ -26,6 +26,8 @@ LABEL_ATTEMPT = f"{GROUP}/attempt"
 LABEL_ETCD_GENERATION = f"{GROUP}/etcd-generation"
 ANNOTATION_JOINED = f"{GROUP}/joined-round"
 """Set on a worker pod once its agent was seen in a completed rendezvous round."""
+ANNOTATION_STOOD_BY = f"{GROUP}/stood-by"
+"""Set on a worker pod once its agent was seen standing by as a hot spare."""
 
 ROLE_WORKER = "worker"
 ROLE_ETCD = "etcd"

@@ -123,6 +123,8 @@ class PodView:
     evicted: bool = False
     joined: bool = False
     """Its agent was seen in a completed round (annotation ``names.ANNOTATION_JOINED``)."""
+    stood_by: bool = False
+    """Its agent was seen standing by as a hot spare (annotation ``names.ANNOTATION_STOOD_BY``)."""
     ready: bool = False
     """The kubelet reports the pod ``Ready`` (for etcd: its readiness probe on ``/health``)."""
     gated: bool = False
@@ -223,6 +225,7 @@ def pod_view(pod: Mapping[str, Any]) -> PodView | None:
         finished_at=finished_at,
         evicted=status.get("reason") == "Evicted",
         joined=names.ANNOTATION_JOINED in (meta.get("annotations") or {}),
+        stood_by=names.ANNOTATION_STOOD_BY in (meta.get("annotations") or {}),
         ready=ready and phase is PodPhase.RUNNING,
         gated=admission_gated(spec),
         last_failure=None if message is None else from_termination_message(message),

@@ -228,6 +228,10 @@ class JobLoop:
             await self._kube.annotate_pod(
                 job.namespace, action.pod, {names.ANNOTATION_JOINED: str(action.round)}
             )
+        elif isinstance(action, planning.MarkStoodBy):
+            await self._kube.annotate_pod(
+                job.namespace, action.pod, {names.ANNOTATION_STOOD_BY: "true"}
+            )
         elif isinstance(action, planning.WriteSeed):
             if await probes.write_seed(
                 self._session, action.endpoint, action.keys, action.seed, tls=self._tls

@@ -147,6 +147,10 @@ class RunPolicy:
     clean_pod_policy: CleanPodPolicy = CleanPodPolicy.RUNNING
 
 
+MAX_SPARES = 100
+"""The CRD's maximum of ``spec.spares`` (checked again here for bodies that bypassed it)."""
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """What the user asked for. ``min_nodes``/``max_nodes`` default to ``replicas``."""
@@ -174,6 +178,13 @@ class JobSpec:
     """Queueing through Kueue (``spec.queueName`` or the job's label; see ``kueue.py``)."""
     checkpoint: CheckpointSpec | None = None
     """The agents' in-memory checkpoints (``spec.checkpoint``, ``checkpointing.py``)."""
+    spares: int = 0
+    """Hot spares: worker pods beyond ``replicas`` that stand by warm (``spares.py``)."""
+
+    @property
+    def worker_pods(self) -> int:
+        """How many worker pods the job keeps: ``replicas`` plus ``spares``."""
+        return self.replicas + self.spares
 
     @property
     def trainer_index(self) -> int:
@@ -205,6 +216,9 @@ def parse_spec(spec: Mapping[str, Any]) -> JobSpec:
             f"spec.replicas ({replicas}) must lie within [spec.minNodes, spec.maxNodes] = "
             f"[{min_nodes}, {max_nodes}]"
         )
+    spares = _int(spec, "spares", "spec.spares", minimum=0, default=0)
+    if spares > MAX_SPARES:
+        raise SpecError(f"spec.spares must be <= {MAX_SPARES}, got {spares}")
     device = spec.get("device", "gpu")
     if device not in ("gpu", "cpu"):
         raise SpecError(f"spec.device must be 'gpu' or 'cpu', got {device!r}")
@@ -245,6 +259,7 @@ def parse_spec(spec: Mapping[str, Any]) -> JobSpec:
     return JobSpec(
         checkpoint=checkpoint,
         replicas=replicas,
+        spares=spares,
         min_nodes=min_nodes,
         max_nodes=max_nodes,
         nproc_per_node=nproc,

@@ -66,6 +66,7 @@ class JobStatus:
     replicas: int = 0
     ready_nodes: int = 0
     waiting_nodes: int = 0
+    ready_spares: int = 0
     world_size: int = 0
     round: int = 0
     observed_generation: int = 0
@@ -101,6 +102,7 @@ class JobStatus:
             "replicas": self.replicas,
             "readyNodes": self.ready_nodes,
             "waitingNodes": self.waiting_nodes,
+            "readySpares": self.ready_spares,
             "worldSize": self.world_size,
             "round": self.round,
             "observedGeneration": self.observed_generation,
@@ -160,6 +162,7 @@ class JobStatus:
             replicas=_int(data.get("replicas")),
             ready_nodes=_int(data.get("readyNodes")),
             waiting_nodes=_int(data.get("waitingNodes")),
+            ready_spares=_int(data.get("readySpares")),
             world_size=_int(data.get("worldSize")),
             round=_int(data.get("round")),
             observed_generation=_int(data.get("observedGeneration")),

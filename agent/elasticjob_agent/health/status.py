@@ -30,6 +30,8 @@ class StatusFields:
     exit_reason: str | None = None
     health_port: int | None = None
     last_failure: WorkerFailure | None = None
+    warm_workers: int = 0
+    warm_pool: int = 0
 
 
 class AgentStatus:
@@ -107,4 +109,6 @@ class AgentStatus:
             last_step=None if steps is None else steps[0],
             last_step_at=None if steps is None else steps[1],
             steps_done=False if steps is None else steps[2],
+            warm_workers=f.warm_workers,
+            warm_pool=f.warm_pool,
         )

@@ -30,6 +30,9 @@ class AgentState(str, Enum):
     STARTING = "Starting"
     RENDEZVOUS = "Rendezvous"
     """Blocked in ``next_rendezvous()``; ``waitingSince`` says since when."""
+    STANDBY = "Standby"
+    """A hot spare: its round completed full without it; it waits, with its workers warm
+    (``warmWorkers``), to join the next round. Not waiting for anything the job lacks."""
     RUNNING = "Running"
     RESTARTING = "Restarting"
     STOPPING = "Stopping"
@@ -94,6 +97,16 @@ class HealthReport:
     steps_done: bool = False
     """A local worker said its training loop is over (``report_done``) in the current round:
     no hang is judged from here on."""
+    warm_workers: int = 0
+    """Warm worker processes that have imported torch and wait to become workers."""
+    warm_pool: int = 0
+    """How many warm workers the agent keeps (``nproc_per_node``; 0 without warm workers)."""
+
+    @property
+    def spare_ready(self) -> bool:
+        """A hot spare ready to be called in: standing by with every warm worker's imports
+        done (the operator's ``status.readySpares`` counts these)."""
+        return self.state is AgentState.STANDBY and self.warm_workers >= self.warm_pool
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -128,6 +141,8 @@ class HealthReport:
             "lastStep": self.last_step,
             "lastStepAt": self.last_step_at,
             "stepsDone": self.steps_done,
+            "warmWorkers": self.warm_workers,
+            "warmPool": self.warm_pool,
         }
 
     def dumps(self) -> str:
@@ -195,6 +210,8 @@ class HealthReport:
             last_step=_opt_int(data, "lastStep"),
             last_step_at=_opt_num(data, "lastStepAt"),
             steps_done=_opt_bool(data, "stepsDone"),
+            warm_workers=_opt_int(data, "warmWorkers") or 0,
+            warm_pool=_opt_int(data, "warmPool") or 0,
         )
 
     @classmethod

@@ -43,6 +43,8 @@ from elasticjob_agent.rendezvous.state import (
     Roster,
     Snapshot,
     decide,
+    is_standby,
+    renew_deadline,
 )
 from elasticjob_agent.rendezvous.transactions import Txn
 from elasticjob_agent.rendezvous.watching import first_events
@@ -107,6 +109,9 @@ class Executor:
         self._memberships: dict[tuple[int, int], Membership] = {}
         self.joined_at: float | None = None
         """``clock()`` when this node's last successful join committed (for benchmarks)."""
+        self.standby_since: float | None = None
+        """``clock()`` since when this node stands by as a spare (``state.is_standby``): its
+        round completed full without it. ``None`` while it is not a spare."""
 
     # --- etcd access with bounded retries -------------------------------------------------
 
@@ -307,8 +312,18 @@ class Executor:
             snap = await self.call(
                 lambda: self.join_or_read(guess, ctx.max_nodes), ctx.join_deadline
             )
+        self.standby_since = None
+        try:
+            return await self._loop(ctx, snap)
+        finally:
+            self.standby_since = None
+
+    async def _loop(self, ctx: Context, snap: Snapshot) -> Outcome:
         while True:
-            action = decide(snap, ctx, self.clock())
+            now = self.clock()
+            ctx = renew_deadline(snap, ctx, now)
+            self._note_standby(snap, ctx, now)
+            action = decide(snap, ctx, now)
             log.debug("node=%s round=%d action=%s", self.node, snap.round, action.kind.value)
             if action.kind is Kind.FINISH:
                 m = snap.membership
@@ -327,7 +342,23 @@ class Executor:
                     f"(min_nodes={ctx.min_nodes}, joined={snap.joined})"
                 )
             current, act = snap, action
-            snap = await self.call(partial(self.step, current, act, ctx), ctx.join_deadline)
+            # A spare's wait is not bounded by a join deadline (``decide``).
+            deadline = max(ctx.join_deadline, action.deadline or 0.0)
+            snap = await self.call(partial(self.step, current, act, ctx), deadline)
+
+    def _note_standby(self, snap: Snapshot, ctx: Context, now: float) -> None:
+        if not is_standby(snap, ctx):
+            if self.standby_since is not None:
+                log.info("node=%s: called in from standby (round %d)", self.node, snap.round)
+            self.standby_since = None
+        elif self.standby_since is None:
+            self.standby_since = now
+            log.info(
+                "node=%s: standing by as a spare (round %d is full at %d nodes)",
+                self.node,
+                snap.round,
+                ctx.max_nodes,
+            )
 
     async def _leave_round(self, p: int) -> None:
         """Best effort: drop our joined and wait-list keys (on a timeout)."""

@@ -32,7 +32,8 @@ class EtcdRendezvousHandler(RendezvousHandler):
     """Dynamic rendezvous with torch's semantics (see docs/rendezvous.md).
 
     All methods are synchronous and thread-safe; the etcd work runs on a private event loop.
-    Besides torch's interface: ``round`` (the last completed round), ``etcd_status()``,
+    Besides torch's interface: ``round`` (the last completed round), ``standby_since()`` (a
+    spare waiting for a place), ``etcd_status()``,
     ``leave()`` (on SIGTERM), ``members_alive()`` (False once a member of the current round
     is gone: re-rendezvous), ``holds_membership()`` (our own key is still there: False means our
     lease lapsed) and ``round_state_lost()`` (etcd lost the round: re-rendezvous).
@@ -103,6 +104,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
                 join_deadline=start + cfg.join_timeout,
                 recheck_interval=cfg.heartbeat,
                 member_of=previous.round if previous is not None else None,
+                join_timeout=cfg.join_timeout,
             )
             guess = previous.round if previous is not None else 0
             outcome = self._session.run(self._executor.next_rendezvous(ctx, guess))
@@ -132,6 +134,12 @@ class EtcdRendezvousHandler(RendezvousHandler):
             store.set(RendezvousStoreInfo.MASTER_PORT_KEY, str(master[1]))
         bootstrap = RendezvousStoreInfo(master_addr=master[0], master_port=master[1])
         return RendezvousInfo(store, outcome.rank, outcome.world_size, bootstrap)
+
+    def standby_since(self) -> float | None:
+        """While ``next_rendezvous()`` blocks: since when (unix time) this node stands by as a
+        spare (its round completed with ``max_nodes`` members without it; it joins the next
+        round, with no join timeout meanwhile). ``None`` otherwise. Thread-safe."""
+        return self._executor.standby_since
 
     def is_closed(self) -> bool:
         kv = self._session.run(

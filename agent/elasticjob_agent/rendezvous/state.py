@@ -15,13 +15,19 @@ crashes at any point, or runs against a stale snapshot, never breaks the invaria
   the next one starts),
 - a closed rendezvous stays closed.
 
+A node that finds its round completed *full* (``max_nodes`` members) without it is a spare
+(``is_standby``): it waits on the wait list with no join deadline, since no scale-up can admit
+it, and joins the next round when a member re-rendezvouses (a member failed or left). Its join
+timeout starts again when it stops standing by (``renew_deadline``). A wait-list node of a round
+with room is a scale-up candidate instead, and the running members admit it.
+
 The randomized schedule tests (tests/unit/rendezvous) drive ``decide`` for many nodes against a
 model of etcd's transactions, and the integration tests drive the real executor against etcd.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 
@@ -101,6 +107,9 @@ class Context:
     """Upper bound on a wait without news: the fallback against a completer that died."""
     member_of: int | None = None
     """The round this node last returned from ``next_rendezvous()`` (re-rendezvous if current)."""
+    join_timeout: float | None = None
+    """How long a join may take once a spare stops standing by (``renew_deadline``); ``None``
+    keeps ``join_deadline`` fixed."""
 
 
 class Kind(StrEnum):
@@ -143,6 +152,29 @@ def is_member(snap: Snapshot, ctx: Context) -> bool:
     return snap.completed and m is not None and m.rank < ctx.max_nodes
 
 
+def is_standby(snap: Snapshot, ctx: Context) -> bool:
+    """This node is a spare: the current round completed with ``max_nodes`` members, not it.
+    It waits without a deadline and joins the next round (a hot spare); members do not
+    re-rendezvous for it (``num_nodes_waiting`` counts the wait list only when a round has room)."""
+    m = snap.membership
+    return (
+        snap.completed
+        and not snap.closed
+        and m is not None
+        and m.world_size >= ctx.max_nodes
+        and not is_member(snap, ctx)
+    )
+
+
+def renew_deadline(snap: Snapshot, ctx: Context, now: float) -> Context:
+    """``ctx`` with the join deadline ``join_timeout`` from ``now`` while the node stands by,
+    so a spare that waited for hours gets a whole join timeout for the round that calls it in."""
+    if ctx.join_timeout is None or not is_standby(snap, ctx):
+        return ctx
+    deadline = now + ctx.join_timeout
+    return ctx if deadline <= ctx.join_deadline else replace(ctx, join_deadline=deadline)
+
+
 def decide(snap: Snapshot, ctx: Context, now: float) -> Action:
     """The next step of ``next_rendezvous()`` for one node. Pure and total."""
     p = snap.round
@@ -159,7 +191,8 @@ def decide(snap: Snapshot, ctx: Context, now: float) -> Action:
                 # We are in the current group and were asked for a new round: start it.
                 return Action(Kind.BUMP, p, fence=snap.round_mod)
             return Action(Kind.FINISH, p)
-        if now >= ctx.join_deadline:
+        standby = is_standby(snap, ctx)
+        if now >= ctx.join_deadline and not standby:
             return Action(Kind.TIMEOUT, p)
         if snap.joined == 0:
             # Every member is gone (joined keys live on their leases): nobody is left to start
@@ -168,7 +201,8 @@ def decide(snap: Snapshot, ctx: Context, now: float) -> Action:
             return Action(Kind.BUMP, p, fence=snap.round_mod)
         if not snap.waiting or snap.my_create:
             return Action(Kind.WAIT_LIST, p)
-        return Action(Kind.WAIT, p, deadline=min(ctx.join_deadline, now + ctx.recheck_interval))
+        wake = now + ctx.recheck_interval
+        return Action(Kind.WAIT, p, deadline=wake if standby else min(ctx.join_deadline, wake))
     if now >= ctx.join_deadline:
         return Action(Kind.TIMEOUT, p)
     if not snap.my_create:

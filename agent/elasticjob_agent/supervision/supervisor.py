@@ -272,9 +272,14 @@ class Supervisor:
 
         thread = threading.Thread(target=call, name="rendezvous", daemon=True)
         thread.start()
+        standby: float | None = None
         while thread.is_alive():
             self._status.beat()
             thread.join(0.1)
+            was = standby
+            standby = self._note_standby(standby)
+            if was is not None and standby is None:
+                started = time.time()  # a spare's rendezvous starts when a round calls it in
             if self._stop_signal.is_set():
                 self._leave()
                 raise _Exit(ExitCode.TERMINATED, "SIGTERM while in rendezvous")
@@ -283,6 +288,32 @@ class Supervisor:
         if error is not None:
             self._raise_for_rendezvous_error(error)
         return box["info"], time.time() - started
+
+    def _note_standby(self, was: float | None) -> float | None:
+        """Report a spare (``Standby``, not waiting for anything the job lacks) while the
+        rendezvous says this node stands by; back to ``Rendezvous`` when a round calls it in.
+        Returns since when it stands by, or None."""
+        since_fn = getattr(self._handler, "standby_since", None)
+        standing = since_fn is not None and since_fn() is not None
+        warm = self._note_warm()
+        now = time.time()
+        if standing and was is None:
+            self._events.info("standing_by", warm_workers=warm)
+            self._status.update(state=AgentState.STANDBY, waiting_since=None)
+            return now
+        if not standing and was is not None:
+            self._events.info("called_in", standby_s=f"{now - was:.3f}", warm_workers=warm)
+            self._status.update(state=AgentState.RENDEZVOUS, waiting_since=now)
+        return was if standing else None
+
+    def _note_warm(self) -> int:
+        """Put the warm workers that have torch imported (and the pool's size) in the report."""
+        warm_fn = getattr(self._workers, "warm_ready", None)
+        warm, pool = warm_fn() if warm_fn is not None else (0, 0)
+        fields = self._status.fields
+        if (warm, pool) != (fields.warm_workers, fields.warm_pool):
+            self._status.update(warm_workers=warm, warm_pool=pool)
+        return int(warm)
 
     def _raise_for_rendezvous_error(self, error: BaseException) -> None:
         if isinstance(error, RendezvousClosedError):
@@ -330,6 +361,7 @@ class Supervisor:
         while True:
             self._status.beat()
             self._workers.maintain()
+            self._note_warm()
             if self._stop_signal.wait(self._s.monitor_interval):
                 self._preempted()
             if self._timers_fired():

@@ -9,6 +9,7 @@ supervisor's thread only: ``PR_SET_PDEATHSIG`` fires when the spawning *thread* 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -20,6 +21,7 @@ from collections.abc import Mapping, Sequence
 
 from elasticjob_agent.supervision.output_capture import CapturedStream, capture, console_bytes
 from elasticjob_agent.supervision.parent_death import die_with_parent
+from elasticjob_agent.supervision.zygote import READY_FD_ENV
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +53,9 @@ class WarmPool:
         self._env = dict(env)
         self._size = size
         self._spares: list[subprocess.Popen[bytes]] = []
+        self._ready_pipes: dict[int, int] = {}
+        """pid -> read end of the spare's ready pipe, until it said it is ready."""
+        self._ready: set[int] = set()
         # Each spare's stderr goes to the agent's console through a pipe whose end is kept:
         # the root cause of a warm worker's failure (output_capture).
         self._outputs: dict[int, CapturedStream] = {}
@@ -64,15 +69,26 @@ class WarmPool:
         self._spares = [p for p in self._spares if p.poll() is None]
         live = {p.pid for p in self._spares}
         self._outputs = {pid: out for pid, out in self._outputs.items() if pid in live}
+        self._forget(set(self._ready_pipes) - live)
         while len(self._spares) < self._size:
-            proc = subprocess.Popen(
-                self._command,
-                env=self._env,
-                stdin=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-                preexec_fn=lambda: _spare_preexec(self._niced),  # noqa: PLW1509 - prctl, nice
-            )
+            read_end, write_end = os.pipe()
+            try:
+                proc = subprocess.Popen(
+                    self._command,
+                    env={**self._env, READY_FD_ENV: str(write_end)},
+                    stdin=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    start_new_session=True,
+                    pass_fds=(write_end,),
+                    preexec_fn=lambda: _spare_preexec(self._niced),  # noqa: PLW1509 - prctl, nice
+                )
+            except BaseException:
+                os.close(read_end)
+                raise
+            finally:
+                os.close(write_end)
+            os.set_blocking(read_end, False)
+            self._ready_pipes[proc.pid] = read_end
             self._spares.append(proc)
             if proc.stderr is not None:  # always: PIPE was requested
                 self._outputs[proc.pid] = capture(proc.stderr, console=console_bytes(sys.stderr))
@@ -80,6 +96,31 @@ class WarmPool:
     def output_of(self, proc: subprocess.Popen[bytes]) -> CapturedStream | None:
         """The kept stderr of a worker :meth:`take` returned (and its pump), handed over once."""
         return self._outputs.pop(proc.pid, None)
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def ready(self) -> int:
+        """How many live spares have imported their preloads (torch) and wait for work."""
+        live = {p.pid for p in self._spares if p.poll() is None}
+        for pid, fd in list(self._ready_pipes.items()):
+            try:
+                said = os.read(fd, 1)
+            except OSError as exc:
+                if exc.errno != errno.EAGAIN:
+                    raise
+                continue
+            if said:
+                self._ready.add(pid)
+            self._forget({pid})  # a byte (ready) or end of file (it died): nothing more to read
+        return len(self._ready & live)
+
+    def _forget(self, pids: set[int]) -> None:
+        for pid in pids:
+            fd = self._ready_pipes.pop(pid, None)
+            if fd is not None:
+                os.close(fd)
 
     def take(
         self, argv: Sequence[str], envs: Sequence[Mapping[str, str]], module: bool
@@ -89,6 +130,8 @@ class WarmPool:
         if len(live) < len(envs):
             return None
         taken, self._spares = live[: len(envs)], live[len(envs) :]
+        self._forget({p.pid for p in taken})
+        self._ready -= {p.pid for p in taken}
         for proc, env in zip(taken, envs, strict=True):
             message = json.dumps(
                 {
@@ -113,4 +156,6 @@ class WarmPool:
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         self._spares.clear()
+        self._forget(set(self._ready_pipes))
+        self._ready.clear()
         self._outputs.clear()

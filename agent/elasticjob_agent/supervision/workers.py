@@ -168,6 +168,13 @@ class LocalWorkers:
         if started is None or time.monotonic() - started >= _REFILL_AFTER:
             self._warm.pool.fill()
 
+    def warm_ready(self) -> tuple[int, int]:
+        """(warm workers that have torch imported and wait, how many the pool keeps); (0, 0)
+        without a warm pool."""
+        if self._warm is None:
+            return 0, 0
+        return self._warm.pool.ready(), self._warm.pool.size
+
     def stderr_tail(self, local_rank: int) -> bytes | None:
         """What the agent kept of a worker's stderr (its last lines), once its pipe drained."""
         captured = self._stderr.get(local_rank)

@@ -2,9 +2,10 @@
 
 Started by the agent's warm pool as ``python -u -m elasticjob_agent.supervision.zygote`` with
 the agent's environment. It imports the modules in ``ELASTICJOB_PRELOAD`` (default
-``torch,torch.distributed,torch.nn.parallel``), then blocks until the agent writes one JSON line
-on stdin: ``{"argv": [script, *args], "env": {...}, "module": false}``. It then takes that
-environment and runs the script as ``python -u script args`` would (``__name__ ==
+``torch,torch.distributed,torch.nn.parallel``), writes one byte to the descriptor named by
+``ELASTICJOB_ZYGOTE_READY_FD`` (the pool's readiness pipe), then blocks until the agent writes
+one JSON line on stdin: ``{"argv": [script, *args], "env": {...}, "module": false}``. It then
+takes that environment and runs the script as ``python -u script args`` would (``__name__ ==
 "__main__"``, ``sys.argv``, ``sys.path[0]`` the script's directory), or the module as
 ``python -m`` would. Importing torch is most of a worker's start-up, so a restart with warm
 workers skips it. End of input (the pool closed) exits 0.
@@ -18,6 +19,9 @@ import os
 import runpy
 import sys
 
+READY_FD_ENV = "ELASTICJOB_ZYGOTE_READY_FD"
+"""Set by the warm pool: the descriptor on which to say the preloads are in."""
+
 PRELOAD_ENV = "ELASTICJOB_PRELOAD"
 _DEFAULT_PRELOAD = "torch,torch.distributed,torch.nn.parallel"
 
@@ -29,6 +33,19 @@ def _preload() -> None:
                 importlib.import_module(name.strip())
             except Exception as exc:  # the script will fail on its own import, with context
                 print(f"elasticjob zygote: cannot preload {name}: {exc}", file=sys.stderr)
+
+
+def _say_ready() -> None:
+    """Tell the pool the preloads are in (one byte on the descriptor it passed), then close it
+    so the worker never holds it."""
+    fd = os.environ.pop(READY_FD_ENV, None)
+    if fd is None:
+        return
+    try:
+        os.write(int(fd), b"r")
+        os.close(int(fd))
+    except (OSError, ValueError) as exc:
+        print(f"elasticjob zygote: cannot report readiness: {exc}", file=sys.stderr)
 
 
 def _restore_priority(nice: int) -> None:
@@ -62,6 +79,7 @@ def _check_script(path: str) -> None:
 
 def main() -> None:
     _preload()
+    _say_ready()
     line = sys.stdin.readline()
     if not line:
         return

@@ -29,6 +29,7 @@ from .actions import (
     Draft,
     Event,
     MarkJoined,
+    MarkStoodBy,
     Plan,
     WriteSeed,
 )
@@ -48,6 +49,7 @@ __all__ = [
     "DeletePod",
     "Event",
     "MarkJoined",
+    "MarkStoodBy",
     "Plan",
     "Rejection",
     "WriteSeed",
@@ -170,7 +172,7 @@ def _plan(
     stall = classify(
         observed,
         etcd_view,
-        current_workers=[p for i, p in current.items() if i < spec.replicas],
+        current_workers=[p for i, p in current.items() if i < spec.worker_pods],
         min_nodes=spec.min_nodes,
         run_id=job.run_id,
         now=now,

@@ -31,6 +31,13 @@ class MarkJoined:
 
 
 @dataclass(frozen=True)
+class MarkStoodBy:
+    """Its agent stood by as a hot spare: its loss is never a restart (``spares.py``)."""
+
+    pod: str
+
+
+@dataclass(frozen=True)
 class WriteSeed:
     """Write the restart seed into a recreated etcd, then record ``seededGeneration``."""
 
@@ -53,7 +60,7 @@ class Event:
     message: str
 
 
-Action = CreateObject | DeletePod | MarkJoined | WriteSeed | DeleteJob
+Action = CreateObject | DeletePod | MarkJoined | MarkStoodBy | WriteSeed | DeleteJob
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,9 @@ from __future__ import annotations
 from elasticjob_agent.protocol.health import AgentState
 from elasticjob_agent.protocol.restarts import RestartReason
 
-from .. import restarts, root_cause
+from .. import restarts, root_cause, spares
 from ..observed import Observed, current_workers
-from .actions import Draft, MarkJoined
+from .actions import Draft, MarkJoined, MarkStoodBy
 
 # Restarts whose agent recorded a root cause (a failed worker, an expired timer, no progress).
 _HAS_ROOT_CAUSE = frozenset(
@@ -94,3 +94,5 @@ def mark_joined(draft: Draft, observed: Observed) -> None:
             and report.round is not None
         ):
             draft.actions.append(MarkJoined(name, report.round))
+        elif pod is not None and not pod.stood_by and spares.stood_by(report, draft.status.run_id):
+            draft.actions.append(MarkStoodBy(name))

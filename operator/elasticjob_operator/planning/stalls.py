@@ -59,7 +59,7 @@ def note_start_failures(draft: Draft, spec: JobSpec, observed: Observed, now: fl
     after = start_failures.track(
         before,
         workers=current_workers(observed.workers, {}),
-        replicas=spec.replicas,
+        replicas=spec.worker_pods,
         etcd=max(observed.etcd_pods, key=lambda p: p.index, default=None),
         managed_etcd=spec.etcd.mode is EtcdMode.MANAGED,
     )

@@ -1,5 +1,6 @@
 """The status summary of a running job: phase, round, world size, ready and waiting nodes, the
-last rendezvous's duration and the ``Queued`` and ``Running`` conditions.
+last rendezvous's duration, the ready spares and the ``Queued``, ``Running`` and ``SparesReady``
+conditions.
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from typing import Any
 
 from elasticjob_agent.protocol.health import AgentState
 
-from .. import kueue
+from .. import kueue, spares
 from ..conditions import ConditionType, set_condition
 from ..observed import Observed, current_workers
 from ..spec import JobSpec
@@ -42,7 +43,10 @@ def summarize(
         elif status.rendezvous_waiting_since is not None:
             last_duration = max(0.0, now - status.rendezvous_waiting_since)
     current = current_workers(observed.workers, status.attempts)
-    replicas = sum(1 for p in current.values() if not p.terminal and not p.deleting)
+    replicas = spares.group_replicas(
+        spec, sum(1 for p in current.values() if not p.terminal and not p.deleting)
+    )
+    spare_view = spares.view(spec, list(current.values()), observed.reports, status.run_id)
     if in_round:
         phase, reason, message = Phase.RUNNING, "Running", f"round {top_round}, world size {world}"
     elif status.phase is Phase.RUNNING and not waiting:
@@ -75,6 +79,10 @@ def summarize(
         message,
         now=now,
     )
+    if spare_view is not None:
+        conds, warn = spares.condition(conds, spare_view, now)
+        if warn:
+            draft.event("Warning", spare_view.reason, spare_view.message)
     if phase is not status.phase:
         draft.event("Normal", phase.value, message)
     draft.status = status.evolve(
@@ -84,6 +92,7 @@ def summarize(
         conditions=tuple(conds),
         ready_nodes=len(in_round),
         waiting_nodes=len(waiting),
+        ready_spares=0 if spare_view is None else spare_view.ready,
         world_size=world,
         round=top_round,
         replicas=replicas,

@@ -27,6 +27,7 @@ def suspend(draft: Draft, observed: Observed, now: float) -> None:
         attempts=attempts,
         ready_nodes=0,
         waiting_nodes=0,
+        ready_spares=0,
         replicas=0,
         stall=None,
         conditions=tuple(

@@ -120,6 +120,7 @@ def finish(
         completion_time=now,
         ready_nodes=0,
         waiting_nodes=0,
+        ready_spares=0,
     )
     draft.commit_first = True
     draft.event("Warning" if phase is Phase.FAILED else "Normal", reason, message)

@@ -1,5 +1,6 @@
-"""The job's Services and worker pods: one pod per replica index, replaced (with a new attempt
-number) when it fails or its node is lost, counted by the operator when no agent could.
+"""The job's Services and worker pods: one pod per index (``replicas`` plus hot spares),
+replaced (with a new attempt number) when it fails or its node is lost, counted by the operator
+when no agent could.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ def _replacement_reason(pod: PodView, lost_nodes: frozenset[str]) -> str | None:
     """The operator's restart reason for replacing ``pod``, or ``None`` when it does not count."""
     if pod.joined:
         return None  # its agent was in a round: the agents counted the group restart
+    if pod.stood_by:
+        return None  # a hot spare held no place in a group: its loss restarts nothing
     if pod.exit_code == ExitCode.ETCD_UNREACHABLE:
         return None  # etcd's fault: counted once as etcd-recovered when etcd is recreated
     if pod.phase is PodPhase.FAILED and not pod.evicted and pod.node not in lost_nodes:
@@ -60,7 +63,7 @@ def manage_workers(
         draft.commit_first = True
         draft.event("Normal", "ExtraReleased", f"{pod.name} deleted: the core is queued again")
     current = current_workers(observed.workers, attempts)
-    for index in range(spec.replicas):
+    for index in range(spec.worker_pods):
         found = current.get(index)
         attempt = attempts.get(index, 0)
         if found is None:
@@ -81,7 +84,13 @@ def manage_workers(
             "Warning",
             "WorkerReplaced",
             f"worker pod {found.name} {why}; creating attempt {attempt + 1}"
-            + (f" (restart reason {reason})" if reason else " (the agents count this restart)"),
+            + (
+                f" (restart reason {reason})"
+                if reason
+                else " (a hot spare: no restart)"
+                if found.stood_by and not found.joined
+                else " (the agents count this restart)"
+            ),
         )
         if index not in admission.hold:
             draft.actions.append(
@@ -89,7 +98,7 @@ def manage_workers(
             )
     for pod in observed.workers:
         superseded = pod.attempt < attempts.get(pod.index, 0)
-        scaled_away = pod.index >= spec.replicas
+        scaled_away = pod.index >= spec.worker_pods
         on_lost_node = pod.node is not None and pod.node in lost_nodes
         if superseded or scaled_away:
             if not pod.deleting:

@@ -163,6 +163,8 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
         "spec.rendezvous.joinTimeoutSeconds",
     ),
     ("huge-ttl", {"runPolicy": {"ttlSecondsAfterFinished": 10**9}}, "ttlSecondsAfterFinished"),
+    ("negative-spares", {"spares": -1}, "spec.spares"),
+    ("too-many-spares", {"spares": 101}, "spec.spares"),
 ]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 from elasticjob_agent.supervision.warm_pool import WarmPool, can_restore_priority
@@ -60,3 +61,38 @@ def test_spares_are_niced_only_when_the_priority_can_come_back() -> None:
     assert can_restore_priority(euid=1000, nice_limit=20, current_nice=0)
     assert not can_restore_priority(euid=1000, nice_limit=0, current_nice=0)
     assert can_restore_priority(euid=1000, nice_limit=10, current_nice=10)
+
+
+def test_spares_say_when_their_imports_are_done(tmp_path: Path) -> None:
+    """``ready()`` counts a spare once its preloads are imported, and no longer once it is
+    taken or dead: what a hot spare's ``warmWorkers`` reports."""
+    gate = tmp_path / "gate"
+    preload = tmp_path / "slow_preload.py"
+    # A preload that blocks until the test opens the gate: "importing torch" in slow motion.
+    preload.write_text(
+        f"import os, time\nwhile not os.path.exists({str(gate)!r}):\n    time.sleep(0.05)\n"
+    )
+    env = dict(os.environ, ELASTICJOB_PRELOAD="slow_preload")
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")])
+    pool = WarmPool(sys.executable, env, size=2)
+    try:
+        pool.fill()
+        assert pool.size == 2
+        time.sleep(1.0)
+        assert pool.ready() == 0  # still importing
+        gate.touch()
+        deadline = time.monotonic() + 60
+        while pool.ready() < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert pool.ready() == 2
+        (taken,) = pool.take([str(tmp_path / "absent.py")], [dict(env)], module=False) or []
+        taken.wait(60)
+        assert pool.ready() == 1
+        pool.fill()  # one new spare: importing, not ready yet (the gate is open: it will be)
+        deadline = time.monotonic() + 60
+        while pool.ready() < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert pool.ready() == 2
+    finally:
+        pool.close()
+    assert pool.ready() == 0

@@ -43,3 +43,23 @@ def test_status_report_round_trips_through_the_schema() -> None:
     assert status.alive(within=5)
     now[0] = 200.0
     assert not status.alive(within=5)
+
+
+def test_a_spare_is_ready_once_every_warm_worker_imported_torch() -> None:
+    status = AgentStatus("job", "n", 3, 0.0, etcd=lambda: EtcdStatus(True, 1.0, None))
+    status.update(state=AgentState.STANDBY, warm_workers=1, warm_pool=2)
+    report = HealthReport.loads(status.report().dumps())
+    assert report.state is AgentState.STANDBY
+    assert (report.warm_workers, report.warm_pool) == (1, 2)
+    assert not report.spare_ready
+    status.update(warm_workers=2)
+    assert HealthReport.loads(status.report().dumps()).spare_ready
+    # Without warm workers (--warm-workers 0, --no-python) standing by is all it takes.
+    status.update(warm_workers=0, warm_pool=0)
+    assert HealthReport.loads(status.report().dumps()).spare_ready
+    status.update(state=AgentState.RENDEZVOUS)
+    assert not HealthReport.loads(status.report().dumps()).spare_ready
+    # Reports from agents without these fields parse as no warm workers.
+    legacy = status.report().to_json()
+    del legacy["warmWorkers"], legacy["warmPool"]
+    assert HealthReport.from_json(legacy).warm_pool == 0

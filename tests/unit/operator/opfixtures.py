@@ -108,6 +108,9 @@ class Cluster:
             elif isinstance(action, planning.MarkJoined):
                 if action.pod in self.pods:
                     self.pods[action.pod] = replace(self.pods[action.pod], joined=True)
+            elif isinstance(action, planning.MarkStoodBy):
+                if action.pod in self.pods:
+                    self.pods[action.pod] = replace(self.pods[action.pod], stood_by=True)
             elif isinstance(action, planning.WriteSeed):
                 self.seeds.append(restarts.seed_json(action.seed))
 

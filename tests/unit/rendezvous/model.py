@@ -243,4 +243,5 @@ def context(min_nodes: int, max_nodes: int, now: float, member_of: int | None = 
         join_deadline=now + 30.0,
         recheck_interval=1.0,
         member_of=member_of,
+        join_timeout=30.0,
     )

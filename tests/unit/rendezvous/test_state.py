@@ -13,6 +13,8 @@ from elasticjob_agent.rendezvous.state import (
     Roster,
     Snapshot,
     decide,
+    is_standby,
+    renew_deadline,
 )
 
 NOW = 1000.0
@@ -165,10 +167,31 @@ CASES = [
     ),
     ("join deadline passed: timeout", JOINED, replace(CTX, join_deadline=NOW), Kind.TIMEOUT, None),
     (
-        "wait list past the deadline: timeout",
-        replace(DONE, my_create=0, waiting=True, membership=OUTSIDER),
+        "wait list of a round with room past the deadline: timeout",
+        replace(DONE, my_create=0, waiting=True, membership=replace(OUTSIDER, world_size=2)),
         replace(CTX, join_deadline=NOW - 1),
         Kind.TIMEOUT,
+        None,
+    ),
+    (
+        "spare (its round is full) past the join deadline: keeps standing by",
+        replace(DONE, my_create=0, waiting=True, membership=OUTSIDER),
+        replace(CTX, join_deadline=NOW - 1),
+        Kind.WAIT,
+        NOW + 2,
+    ),
+    (
+        "spare, every member gone: start the next round",
+        replace(DONE, joined=0, my_create=0, waiting=True, membership=OUTSIDER),
+        replace(CTX, join_deadline=NOW - 1),
+        Kind.BUMP,
+        7,
+    ),
+    (
+        "spare of a closed rendezvous: closed",
+        replace(DONE, my_create=0, waiting=True, membership=OUTSIDER, closed=True),
+        CTX,
+        Kind.CLOSED,
         None,
     ),
     (
@@ -193,3 +216,47 @@ def test_decide(snap: Snapshot, ctx: Context, kind: Kind, detail: float | None) 
         assert action.deadline == pytest.approx(detail)
     elif kind in (Kind.JOIN, Kind.BUMP, Kind.COMPLETE) and detail is not None:
         assert action.fence == detail
+
+
+SPARE = replace(DONE, my_create=0, waiting=True, membership=OUTSIDER)
+
+
+@pytest.mark.parametrize(
+    ("snap", "ctx", "standby"),
+    [
+        pytest.param(SPARE, CTX, True, id="round full at max_nodes without us: a spare"),
+        pytest.param(
+            replace(SPARE, membership=replace(OUTSIDER, world_size=2)),
+            CTX,
+            False,
+            id="round with room: a scale-up candidate, not a spare",
+        ),
+        pytest.param(
+            replace(SPARE, membership=replace(OUTSIDER, world_size=2)),
+            replace(CTX, min_nodes=2, max_nodes=2),
+            True,
+            id="fixed-size round: a spare",
+        ),
+        pytest.param(DONE, CTX, False, id="a member is no spare"),
+        pytest.param(replace(SPARE, closed=True), CTX, False, id="closed: no spare"),
+        pytest.param(JOINED, CTX, False, id="round open: joining, no spare"),
+        pytest.param(replace(SPARE, membership=None), CTX, False, id="no rank table read"),
+    ],
+)
+def test_is_standby(snap: Snapshot, ctx: Context, standby: bool) -> None:
+    assert is_standby(snap, ctx) is standby
+
+
+def test_a_spare_gets_a_whole_join_timeout_for_the_round_that_calls_it_in() -> None:
+    ctx = replace(CTX, join_deadline=NOW - 100, join_timeout=60.0)
+    renewed = renew_deadline(SPARE, ctx, NOW)
+    assert renewed.join_deadline == NOW + 60
+    # The next round opens: no longer a spare, the deadline stays where standing by left it.
+    assert renew_deadline(JOINED, renewed, NOW + 30) == renewed
+    # Never shortened; unchanged without a join timeout or for a node that is no spare.
+    later = replace(ctx, join_deadline=NOW + 90)
+    assert renew_deadline(SPARE, later, NOW).join_deadline == NOW + 90
+    assert renew_deadline(SPARE, replace(ctx, join_timeout=None), NOW) == replace(
+        ctx, join_timeout=None
+    )
+    assert renew_deadline(DONE, ctx, NOW) == ctx

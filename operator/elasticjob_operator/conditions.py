@@ -26,6 +26,12 @@ class ConditionType(StrEnum):
     PODS_NOT_STARTING = "PodsNotStarting"
     """The kubelet cannot start a container of the job's pods: the reason is the kubelet's
     (``ErrImagePull``, ``StartError``, ...), the message names pod, container and cause."""
+    FAILURE_POLICY = "FailurePolicy"
+    """A failure-policy rule decided a failure of the job (reason: the action; the message
+    names the rule and the root cause)."""
+    INVALID_SPEC = "InvalidSpec"
+    """The spec cannot be run as written (the message names the field); the operator waits for
+    a fixed spec."""
     REQUEST_REJECTED = "RequestRejected"
     """The API server refused a request of the operator (403, 422, 400), with its message;
     the operator retries with a growing back-off until the cause is fixed."""

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from elasticjob_agent.protocol.failure import WorkerFailure
+from elasticjob_agent.protocol.failure_policy import PolicyDecision
 from elasticjob_agent.protocol.health import AgentState, EtcdStatus, HealthReport, WorkerStatus
 
 
@@ -30,6 +31,8 @@ class StatusFields:
     exit_reason: str | None = None
     health_port: int | None = None
     last_failure: WorkerFailure | None = None
+    failure_policy: PolicyDecision | None = None
+    progress_timeout: float | None = None
 
 
 class AgentStatus:
@@ -107,4 +110,6 @@ class AgentStatus:
             last_step=None if steps is None else steps[0],
             last_step_at=None if steps is None else steps[1],
             steps_done=False if steps is None else steps[2],
+            failure_policy=f.failure_policy,
+            progress_timeout_seconds=f.progress_timeout if f.state is AgentState.RUNNING else None,
         )

@@ -21,6 +21,7 @@ from enum import Enum
 from typing import Any, Literal, overload
 
 from elasticjob_agent.protocol.failure import FailureRecordError, WorkerFailure
+from elasticjob_agent.protocol.failure_policy import FailurePolicyError, PolicyDecision
 
 SCHEMA_VERSION = 1
 DEFAULT_HEALTH_PORT = 29401
@@ -94,6 +95,12 @@ class HealthReport:
     steps_done: bool = False
     """A local worker said its training loop is over (``report_done``) in the current round:
     no hang is judged from here on."""
+    failure_policy: PolicyDecision | None = None
+    """The latest failure-policy rule that decided a round this agent counted
+    (``protocol.failure_policy``)."""
+    progress_timeout_seconds: float | None = None
+    """The progress (hang) timeout in force while running: the fixed one, or the one learned
+    from the step intervals; ``None``: none (off, or the round's first steps are exempt)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -128,6 +135,8 @@ class HealthReport:
             "lastStep": self.last_step,
             "lastStepAt": self.last_step_at,
             "stepsDone": self.steps_done,
+            "failurePolicy": None if self.failure_policy is None else self.failure_policy.to_json(),
+            "progressTimeoutSeconds": self.progress_timeout_seconds,
         }
 
     def dumps(self) -> str:
@@ -195,6 +204,8 @@ class HealthReport:
             last_step=_opt_int(data, "lastStep"),
             last_step_at=_opt_num(data, "lastStepAt"),
             steps_done=_opt_bool(data, "stepsDone"),
+            failure_policy=_opt_decision(data.get("failurePolicy")),
+            progress_timeout_seconds=_opt_num(data, "progressTimeoutSeconds"),
         )
 
     @classmethod
@@ -379,6 +390,15 @@ def _opt_failure(value: object) -> WorkerFailure | None:
     try:
         return WorkerFailure.from_json(value)
     except FailureRecordError as exc:
+        raise HealthReportError(str(exc)) from None
+
+
+def _opt_decision(value: object) -> PolicyDecision | None:
+    if value is None:
+        return None
+    try:
+        return PolicyDecision.from_json(value)
+    except FailurePolicyError as exc:
         raise HealthReportError(str(exc)) from None
 
 

@@ -50,6 +50,10 @@ class RestartReason(str, Enum):
     ETCD_RECOVERED = "etcd-recovered"
     """The group re-formed after etcd was lost and recreated: free; the operator counts it."""
 
+    IGNORED = "ignored"
+    """A failure that a failure-policy rule with action ``Ignore`` matched
+    (``protocol.failure_policy``): free."""
+
     @property
     def spends_budget(self) -> bool:
         return self.value in SPENDS_BUDGET

@@ -16,6 +16,10 @@ from typing import Any, TypeVar
 from elasticjob_agent.etcd.client import cmp_create, cmp_mod, op_put, op_range, prefix_end
 from elasticjob_agent.etcd.retry import retry_until
 from elasticjob_agent.etcd.session import EtcdSession
+from elasticjob_agent.protocol.failure_policy import PolicyDecision
+from elasticjob_agent.protocol.failure_policy import (
+    encode_close_reason as encode_policy_close_reason,
+)
 from elasticjob_agent.protocol.keys import JobKeys
 from elasticjob_agent.protocol.restarts import (
     RestartCounts,
@@ -113,12 +117,21 @@ class JobRestartCounter:
 
         return self._run(counts)
 
-    def record(self, round_: int, reason: RestartReason, patience: float | None = None) -> Recorded:
+    def record(
+        self,
+        round_: int,
+        reason: RestartReason,
+        patience: float | None = None,
+        *,
+        spend: bool = True,
+    ) -> Recorded:
         """Count the restart that tears down ``round_``, unless another agent already did.
 
         The event key and the counter bump go in one transaction guarded by the counters' mod
         revisions, so concurrent agents never lose or double an increment. ``patience``
-        overrides the instance's etcd patience for this call.
+        overrides the instance's etcd patience for this call. ``spend=False`` claims the round
+        (its event key) without counting anything: the job ends there (a failure-policy
+        ``FailJob``), and the other agents must neither count the round nor decide it again.
         """
         client = self._session.client
         event_key = self._keys.restart_event(round_)
@@ -129,12 +142,10 @@ class JobRestartCounter:
                 winner = decode_event_reason(event_key, bytes(existing.value))
                 return Recorded(False, winner, (await self._stored()).counts)
             stored = await self._stored()
-            new = stored.counts.plus(reason)
-            to_write = (
-                new.by_reason
-                if stored.seed is not None
-                else {reason.value: new.by_reason[reason.value]}
-            )
+            new = stored.counts.plus(reason) if spend else stored.counts
+            to_write = dict(new.by_reason) if stored.seed is not None else {}
+            if spend:
+                to_write[reason.value] = new.by_reason[reason.value]
             compare: list[Any] = [cmp_create(event_key.encode(), "==", 0)]
             for r in RestartReason:
                 key = self._keys.restart_counter(r)
@@ -168,6 +179,13 @@ class JobRestartCounter:
     def mark_budget_spent(self, counts: RestartCounts, max_restarts: int) -> None:
         """Say why the rendezvous is being closed, so every agent exits with the same code."""
         payload = encode_close_reason(counts.by_reason, self._node, max_restarts, time.time())
+        key = self._keys.close_reason.encode()
+        self._run(lambda: self._session.client.put(key, payload))
+
+    def mark_failed_by_policy(self, decision: PolicyDecision) -> None:
+        """Say that a failure-policy ``FailJob`` closes the rendezvous (``close_reason``
+        ``FailurePolicy``), so every agent exits ``FAILURE_POLICY``."""
+        payload = encode_policy_close_reason(decision, self._node)
         key = self._keys.close_reason.encode()
         self._run(lambda: self._session.client.put(key, payload))
 

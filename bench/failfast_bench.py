@@ -117,7 +117,10 @@ def main() -> int:
     print()
     print(f"maxRestarts {MAX_RESTARTS}, 2 nodes x {args.nproc} workers ({gpus} GPUs on GPU nodes)")
     print()
-    print("| launcher | runs (s) | median to failed (s) | GPU-seconds held | wasted vs ours-failjob | ratio |")
+    print(
+        "| launcher | runs (s) | median to failed (s) | GPU-seconds held "
+        "| wasted vs ours-failjob | ratio |"
+    )
     print("| --- | --- | --- | --- | --- | --- |")
     for kind in kinds:
         shown = " / ".join(f"{s:.1f}" for s in results[kind])

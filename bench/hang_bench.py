@@ -88,6 +88,7 @@ def one_run(
     cap: float,
     workdir: Path,
     logs: Path | None,
+    *,
     step: tuple[float, int] = (0.05, 20),
     auto_conf: str = "",
 ) -> float:
@@ -179,8 +180,8 @@ def main() -> int:
                     args.cap,
                     Path(tmp),
                     args.keep_logs,
-                    (args.step_seconds, args.hang_at),
-                    args.auto_conf,
+                    step=(args.step_seconds, args.hang_at),
+                    auto_conf=args.auto_conf,
                 )
                 results[kind].append(seconds)
                 print(f"  {kind:17} {_show(seconds, args.cap)} s", flush=True)

@@ -313,7 +313,7 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         "--failure-policy",
         "--failure_policy",
         default=None,
-        help="a JSON file (or the JSON text itself) {\"rules\": [...]} as in an ElasticJob's "
+        help='a JSON file (or the JSON text itself) {"rules": [...]} as in an ElasticJob\'s '
         "spec.failurePolicy: FailJob / Ignore / Count a failure by exit code, root cause or "
         "reason",
     )

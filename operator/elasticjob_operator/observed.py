@@ -19,7 +19,10 @@ from elasticjob_agent.protocol.failure import (
     counts_from_termination_message,
     from_termination_message,
 )
-from elasticjob_agent.protocol.failure_policy import PolicyDecision, decision_from_termination_message
+from elasticjob_agent.protocol.failure_policy import (
+    PolicyDecision,
+    decision_from_termination_message,
+)
 from elasticjob_agent.protocol.health import HealthReport
 
 from . import names

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
@@ -123,7 +123,7 @@ class JobSpec:
     progress_auto: AutoSettings | None = None
     """``spec.progress`` (mode ``Auto``): the hang timeout is learned from the step intervals;
     ``None``: fixed (``progress_timeout_seconds``) or off."""
-    failure_policy: FailurePolicy = FailurePolicy()
+    failure_policy: FailurePolicy = field(default_factory=FailurePolicy)
     """``spec.failurePolicy``: what a failure that would spend the budget does instead."""
 
     @property
@@ -229,7 +229,9 @@ def _progress(spec: Mapping[str, Any]) -> AutoSettings | None:
     if raw is None:
         return None
     if not isinstance(raw, Mapping) or raw.get("mode") != "Auto":
-        raise SpecError("spec.progress.mode must be Auto (a fixed timeout is progressTimeoutSeconds)")
+        raise SpecError(
+            "spec.progress.mode must be Auto (a fixed timeout is progressTimeoutSeconds)"
+        )
     if spec.get("progressTimeoutSeconds") is not None:
         raise SpecError(
             "spec.progress (the automatic hang timeout) and spec.progressTimeoutSeconds "

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import math
+import signal
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
@@ -164,7 +165,9 @@ class Decision:
     """Index of the matching rule in ``rules``; ``None``: no rule matched."""
 
 
-def facts_of(reason: str, failure: WorkerFailure | None, *, oom_killed: bool = False) -> FailureFacts:
+def facts_of(
+    reason: str, failure: WorkerFailure | None, *, oom_killed: bool = False
+) -> FailureFacts:
     """The facts of a failure the agent recorded as its round's root cause."""
     if failure is None:
         return FailureFacts(reason, oom_killed=oom_killed)
@@ -178,10 +181,8 @@ def exit_code_of(failure: WorkerFailure) -> int | None:
     if failure.exit_code is not None:
         return failure.exit_code
     if failure.signal is not None:
-        import signal as _signal  # noqa: PLC0415 - only for the number of a named signal
-
         try:
-            return 128 + int(_signal.Signals[failure.signal])
+            return 128 + int(signal.Signals[failure.signal])
         except KeyError:
             return None
     return None
@@ -252,7 +253,9 @@ def _rule(data: Any, where: str) -> Rule:
         _exit_codes(data.get("onExitCodes"), f"{where}.onExitCodes")
         if "onExitCodes" in data
         else None,
-        _pattern(data.get("onRootCause"), f"{where}.onRootCause") if "onRootCause" in data else None,
+        _pattern(data.get("onRootCause"), f"{where}.onRootCause")
+        if "onRootCause" in data
+        else None,
         _reasons(data.get("onReasons"), f"{where}.onReasons") if "onReasons" in data else None,
     )
 

@@ -69,7 +69,9 @@ class AutoSettings:
         if not 0 <= self.exempt <= MAX_WINDOW:
             raise HangTimeoutError(f"{where}.exemptSteps must be in 0..{MAX_WINDOW}")
         if not MIN_FLOOR <= self.floor <= MAX_SECONDS:
-            raise HangTimeoutError(f"{where}.floorSeconds must be in {MIN_FLOOR:g}..{MAX_SECONDS:g}")
+            raise HangTimeoutError(
+                f"{where}.floorSeconds must be in {MIN_FLOOR:g}..{MAX_SECONDS:g}"
+            )
         if not self.floor <= self.ceiling <= MAX_SECONDS:
             raise HangTimeoutError(
                 f"{where}.ceilingSeconds must be >= floorSeconds and <= {MAX_SECONDS:g}"

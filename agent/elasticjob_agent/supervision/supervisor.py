@@ -13,7 +13,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -129,7 +129,7 @@ class SupervisorSettings:
     progress_auto: bool = False
     """``--progress-timeout auto``: the timeout is the one the timers learned from the steps
     (``protocol.hang_timeout``); ``progress_timeout`` is unused."""
-    failure_policy: FailurePolicy = FailurePolicy()
+    failure_policy: FailurePolicy = field(default_factory=FailurePolicy)
     """``--failure-policy``: what a failure that would spend the budget does instead."""
 
 

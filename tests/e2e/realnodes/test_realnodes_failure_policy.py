@@ -73,9 +73,7 @@ def test_ignore_on_exit_code_4_succeeds_with_no_failure_counted(
     cluster: LocalCluster, work: str
 ) -> None:
     rules = [{"action": "Ignore", "onExitCodes": {"operator": "In", "values": [4]}}]
-    apply_job(
-        cluster, work, _exiting("flaky", 4, 2, maxRestarts=0, failurePolicy={"rules": rules})
-    )
+    apply_job(cluster, work, _exiting("flaky", 4, 2, maxRestarts=0, failurePolicy={"rules": rules}))
     job = wait_job(
         cluster,
         work,

@@ -58,7 +58,9 @@ def test_ignore_on_exit_code_4_restarts_for_free(
     etcd_server_session: Any, spawn_agent: Spawn, tmp_path: Path
 ) -> None:
     ep, run_id = etcd_server_session.endpoint, f"t-{uuid.uuid4().hex[:10]}"
-    policy = _policy(tmp_path, {"action": "Ignore", "onExitCodes": {"operator": "In", "values": [4]}})
+    policy = _policy(
+        tmp_path, {"action": "Ignore", "onExitCodes": {"operator": "In", "values": [4]}}
+    )
     flags = [*rdzv_flags(ep, run_id, "2:2"), "--nproc-per-node", "1", "--max-restarts", "0"]
     flags += ["--failure-policy", policy]
     a = spawn_agent("a", [*flags, SCRIPT, "4", "2"])
@@ -75,7 +77,9 @@ def test_without_a_matching_rule_the_budget_is_spent_as_before(
     etcd_server_session: Any, spawn_agent: Spawn, tmp_path: Path
 ) -> None:
     ep, run_id = etcd_server_session.endpoint, f"t-{uuid.uuid4().hex[:10]}"
-    policy = _policy(tmp_path, {"action": "FailJob", "onExitCodes": {"operator": "In", "values": [3]}})
+    policy = _policy(
+        tmp_path, {"action": "FailJob", "onExitCodes": {"operator": "In", "values": [3]}}
+    )
     flags = [*rdzv_flags(ep, run_id, "1:1"), "--nproc-per-node", "1", "--max-restarts", "1"]
     flags += ["--failure-policy", policy]
     a = spawn_agent("a", [*flags, SCRIPT, "5", "1000"])

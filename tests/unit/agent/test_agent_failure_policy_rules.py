@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 import pytest
+from elasticjob_agent.protocol.exit_codes import ExitCode
 from elasticjob_agent.protocol.failure import WorkerFailure, termination_message
 from elasticjob_agent.protocol.failure_policy import (
     MAX_PATTERN,
@@ -28,7 +29,6 @@ from elasticjob_agent.protocol.failure_policy import (
 )
 from elasticjob_agent.protocol.restarts import MAX_VALUE_BYTES, decode_close_reason
 from elasticjob_agent.supervision.restart_policy import exit_for_closed
-from elasticjob_agent.protocol.exit_codes import ExitCode
 
 
 def policy(*rules: dict[str, Any]) -> FailurePolicy:
@@ -228,6 +228,7 @@ def test_decision_record_round_trips_and_is_strict() -> None:
     assert PolicyDecision.from_json(json.loads(json.dumps(record.to_json()))) == record
     assert "rules[2] (FailJob)" in record.summary() and "rank 0 exited 3" in record.summary()
     assert decision_record(Decision(Action.COUNT, None), facts, 7, 1.0, None) is None
+    bad: object
     for bad in (
         {**record.to_json(), "rule": -1},
         {**record.to_json(), "rule": True},

@@ -640,7 +640,7 @@ class Supervisor:
         had already counted the round (its decision stands)."""
         claimed = self._etcd(lambda: self._counter.record(self._round, reason, spend=False))
         if not claimed.counted:
-            self._events.info("failure_policy_overruled", counted_reason=claimed.reason.value)
+            self._events.info("failure_policy_decided_by_peer", counted_reason=claimed.reason.value)
             return
         self._status.update(failure_policy=decision)
         self._etcd(lambda: self._counter.mark_failed_by_policy(decision))

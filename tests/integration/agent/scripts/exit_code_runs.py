@@ -14,10 +14,11 @@ def main() -> None:
     dist.init_process_group("gloo")
     dist.all_reduce(torch.ones(1))
     run = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+    # gloo's threads may abort an interpreter that exits with a live group (docs/agent.md).
+    dist.destroy_process_group()
     if run < failing_runs:
         print(f"run {run}: rank {os.environ['RANK']} exits {code}", flush=True)
-        sys.exit(code)
-    dist.destroy_process_group()
+        os._exit(code)
     print(f"run {run}: rank {os.environ['RANK']} finished", flush=True)
 
 

@@ -8,16 +8,29 @@ between any two steps therefore neither duplicates an object nor loses or double
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from elasticjob_agent.protocol.exit_codes import ExitCode
+from elasticjob_agent.protocol.failure_policy import Action as PolicyAction
+from elasticjob_agent.protocol.failure_policy import PolicyDecision
 from elasticjob_agent.protocol.health import AgentState, HealthReport
 from elasticjob_agent.protocol.keys import JobKeys
 from elasticjob_agent.protocol.restarts import RestartReason
 
-from . import kueue, manifests, names, progress, restarts, root_cause, seeding, start_failures
+from . import (
+    kueue,
+    manifests,
+    names,
+    policy_status,
+    progress,
+    restarts,
+    root_cause,
+    seeding,
+    start_failures,
+)
 from .conditions import ConditionType, find_condition, set_condition, stamp_generation
 from .observed import Observed, PodPhase, PodView
 from .spec import CleanPodPolicy, EtcdMode, JobSpec
@@ -215,11 +228,14 @@ def _plan(
         return draft.freeze()
 
     _merge_reports(draft, observed)
+    _note_policy(draft, observed, workers, now)
     _note_invalid_reports(draft, observed)
     _mark_joined(draft, observed)
 
-    failure = _terminal_failure(spec, draft.status, workers, now)
-    if failure is not None and _peers_still_exiting(failure[0], workers, now):
+    failure = _terminal_failure(spec, draft.status, workers, now) or _policy_fails_a_pod(
+        draft, spec, workers, observed.lost_nodes, now
+    )
+    if failure is not None and _peers_still_exiting(failure[0], draft.status, workers, now):
         return draft.freeze()  # the next pod event (or the deadline) decides, with their word
     if failure is not None:
         _finish(
@@ -396,6 +412,48 @@ def _replacement_reason(pod: PodView, lost_nodes: frozenset[str]) -> str | None:
     return restarts.POD_LOST
 
 
+# -- failure policy ------------------------------------------------------------------------------
+
+
+def _note_policy(
+    draft: _Draft, observed: Observed, workers: Mapping[int, PodView], now: float
+) -> None:
+    """A failure-policy decision the agents made (reports, termination messages) that is newer
+    than the stored one goes to the status, the ``FailurePolicy`` condition and an Event."""
+    decided = policy_status.newest_decision(
+        draft.status.failure_policy, observed.reports, draft.status.run_id, workers.values()
+    )
+    if decided is not None:
+        _record_decision(draft, decided, now)
+
+
+def _record_decision(draft: _Draft, decided: PolicyDecision, now: float) -> None:
+    conditions = policy_status.with_condition(draft.status.conditions, decided, now)
+    draft.status = draft.status.evolve(failure_policy=decided, conditions=tuple(conditions))
+    draft.event("Warning", "FailurePolicy", decided.summary()[:1024])
+
+
+def _policy_fails_a_pod(
+    draft: _Draft,
+    spec: JobSpec,
+    workers: Mapping[int, PodView],
+    lost_nodes: frozenset[str],
+    now: float,
+) -> tuple[str, str] | None:
+    """A worker pod failed before its agent joined a round (no agent decided it) and a
+    ``FailJob`` rule matches it: the job fails instead of replacing the pod."""
+    for pod in workers.values():
+        if not _needs_replacement(pod, lost_nodes):
+            continue
+        if _replacement_reason(pod, lost_nodes) != restarts.POD_FAILURE:
+            continue
+        decided = policy_status.pod_decision(spec.failure_policy, pod, draft.status.round, now)
+        if decided is not None and decided.action is PolicyAction.FAIL_JOB:
+            _record_decision(draft, decided, now)
+            return (ExitCode.FAILURE_POLICY.reason, decided.summary())
+    return None
+
+
 # -- terminal states -----------------------------------------------------------------------------
 
 
@@ -404,12 +462,21 @@ ROOT_CAUSE_WAIT_SECONDS = 30.0
 did (they all exit within a second or two of each other)."""
 
 
-def _peers_still_exiting(reason: str, workers: Mapping[int, PodView], now: float) -> bool:
+def _peers_still_exiting(
+    reason: str, status: JobStatus, workers: Mapping[int, PodView], now: float
+) -> bool:
     """Whether a ``MaxRestartsExceeded`` verdict should wait: one agent exited on the spent budget
     and others still run. Each leaves its root cause in its termination message, and the one
     whose rank raised may reach the API after a peer that only lost its connection; the verdict
-    quotes the root cause, so it waits (at most ``ROOT_CAUSE_WAIT_SECONDS``) for all of them."""
-    if reason != ExitCode.MAX_RESTARTS_EXCEEDED.reason:
+    quotes the root cause, so it waits (at most ``ROOT_CAUSE_WAIT_SECONDS``) for all of them.
+    So does a ``FailurePolicy`` verdict whose decision (the agent that made it leaves it in its
+    termination message) is not known yet: a peer that found the rendezvous closed may exit
+    first."""
+    if reason == ExitCode.FAILURE_POLICY.reason:
+        decided = status.failure_policy
+        if decided is not None and decided.action is PolicyAction.FAIL_JOB:
+            return False
+    elif reason != ExitCode.MAX_RESTARTS_EXCEEDED.reason:
         return False
     exited = [p.finished_at for p in workers.values() if p.terminal and p.finished_at is not None]
     running = [p for p in workers.values() if p.phase is PodPhase.RUNNING and not p.deleting]
@@ -429,6 +496,15 @@ def _terminal_failure(
             f"maxRestarts {spec.max_restarts}"
             + ("" if last is None else f"; last root cause: {last.summary()}")
             + "".join(f"; cannot start: {f.summary()}" for f in status.start_failures[:1]),
+        )
+    if ExitCode.FAILURE_POLICY in codes:
+        decided = status.failure_policy
+        if decided is not None and decided.action is PolicyAction.FAIL_JOB:
+            return (ExitCode.FAILURE_POLICY.reason, decided.summary())
+        return (
+            ExitCode.FAILURE_POLICY.reason,
+            "an agent applied a failure-policy rule with action FailJob (exit code 14); "
+            "see the worker pods' logs",
         )
     if ExitCode.USAGE in codes:
         return (
@@ -787,6 +863,14 @@ def _manage_workers(
         if not _needs_replacement(found, lost_nodes):
             continue
         reason = _replacement_reason(found, lost_nodes)
+        if reason == restarts.POD_FAILURE:
+            decided = policy_status.pod_decision(
+                spec.failure_policy, found, draft.status.round, now
+            )
+            if decided is not None:
+                _record_decision(draft, decided, now)
+                if decided.action is PolicyAction.IGNORE:
+                    reason = restarts.POD_IGNORED
         if reason is not None:
             counts = restarts.bump(counts, reason)
         attempts[index] = attempt + 1
@@ -841,8 +925,11 @@ def _no_progress(
     """``NoProgress`` (``progress.no_progress``), from the reports and the ``hang`` count."""
     hang = RestartReason.HANG.value
     current = draft.status.stall
+    timeout = spec.progress_timeout_seconds
+    if spec.progress_auto is not None:  # the agents' learned timeout, as they report it
+        timeout = None if seen is None or seen.timeout is None else math.ceil(seen.timeout)
     verdict = progress.no_progress(
-        timeout=spec.progress_timeout_seconds,
+        timeout=timeout,
         seen=seen,
         current=(current.since, current.message)
         if current is not None and current.reason == StallReason.NO_PROGRESS
@@ -863,7 +950,7 @@ def _track_progress(
         and stall.reason is StallReason.NO_PROGRESS
         and state.steps_per_second != 0.0
     ):
-        state = progress.ProgressState(state.step, state.at, 0.0)
+        state = replace(state, steps_per_second=0.0)
     draft.status = draft.status.evolve(progress=state)
 
 

@@ -49,7 +49,8 @@ def newest_decision(
 def _newer(decision: PolicyDecision, than: PolicyDecision | None) -> bool:
     if than is None:
         return True
-    return (decision.round, decision.time) > (than.round, than.time)
+    # Whole seconds: the status keeps the time as RFC 3339 (a stored decision reads back so).
+    return (decision.round, int(decision.time)) > (than.round, int(than.time))
 
 
 def pod_decision(

@@ -124,12 +124,15 @@ def _reporting(decision: PolicyDecision | None, run_id: str = RUN_ID) -> HealthR
 
 
 def test_the_newest_decision_is_the_latest_round_then_the_latest_time() -> None:
-    old, new = _decision(1, 50.0), _decision(2, 40.0)
+    old, new = _decision(1, 50.0), _decision(2, 40.5)
     assert newest_decision(None, {"a": _reporting(old)}, RUN_ID, []) == old
     assert newest_decision(old, {"a": _reporting(old)}, RUN_ID, []) is None  # nothing new
     assert newest_decision(old, {"a": _reporting(new)}, RUN_ID, []) == new
     assert newest_decision(new, {"a": _reporting(old)}, RUN_ID, []) is None
     assert newest_decision(None, {"a": _reporting(new, "other-run")}, RUN_ID, []) is None
+    stored = JobStatus.from_json(JobStatus(failure_policy=new).to_json()).failure_policy
+    assert stored is not None and stored != new  # the time is stored in whole seconds
+    assert newest_decision(stored, {"a": _reporting(new)}, RUN_ID, []) is None
     exited = PodView("p", "worker", 0, 0, PodPhase.FAILED, policy_decision=_decision(3, 1.0))
     assert newest_decision(new, {}, RUN_ID, [exited]) == exited.policy_decision
 

@@ -575,6 +575,8 @@ class Supervisor:
             recorded = self._etcd(lambda: self._counter.record(self._round, reason))
             if decision is not None and recorded.counted:
                 self._status.update(failure_policy=decision)
+                # The kubelet keeps it after we exit, which may be before the next poll.
+                write_termination_message(self._root_cause, decision=decision.to_json())
         else:
             if counts is None:
                 counts = self._etcd(self._counter.read)

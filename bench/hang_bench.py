@@ -185,7 +185,7 @@ def main() -> int:
                 )
                 results[kind].append(seconds)
                 print(f"  {kind:17} {_show(seconds, args.cap)} s", flush=True)
-    print()
+    print(f"\nsteps of {args.step_seconds:g} s, rank 1 hangs at step {args.hang_at}\n")
     print("| launcher | hang detection | runs (s) | median (s) |")
     print("| --- | --- | --- | --- |")
     how = {
@@ -194,7 +194,6 @@ def main() -> int:
         "torchrun-default": "torch's default (gloo 1800 s)",
         "ours-auto": f"--progress-timeout auto {args.auto_conf or '(defaults)'}".strip(),
     }
-    print(f"steps of {args.step_seconds:g} s, rank 1 hangs at step {args.hang_at}\n")
     for kind in kinds:
         runs = results[kind]
         median = statistics.median(runs)

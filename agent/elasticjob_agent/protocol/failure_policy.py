@@ -296,8 +296,11 @@ def _pattern(data: Any, where: str) -> str:
     try:
         _compiled(pattern)
     except re2.error as exc:
+        why = exc.args[0] if exc.args else exc
+        if isinstance(why, bytes):  # google-re2 reports RE2's own message as bytes
+            why = why.decode("utf-8", errors="replace")
         raise FailurePolicyError(
-            f"{where}.pattern {pattern!r:.80} is not a valid RE2 regular expression: {exc} "
+            f"{where}.pattern {pattern!r:.80} is not a valid RE2 regular expression: {why} "
             "(RE2 has no backreferences or lookaround)"
         ) from None
     return pattern

@@ -192,6 +192,7 @@ def test_bad_rules_are_rejected_naming_the_field(
         parse_policy({"rules": rules})
     assert f"spec.failurePolicy.{field}" in str(info.value)
     assert says in str(info.value)
+    assert "b'" not in str(info.value)  # RE2's message as text, not bytes
 
 
 def test_policy_shape_limits() -> None:

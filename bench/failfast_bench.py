@@ -30,8 +30,9 @@ import time
 import uuid
 from pathlib import Path
 
+from elasticjob_agent.ports import free_port
 from elasticjob_agent.standalone import EmbeddedEtcd
-from recovery_bench import BIN, REPO, Launcher, free_port
+from recovery_bench import BIN, REPO, Launcher
 
 SCRIPT = Path(__file__).resolve().parent / "failfast_script.py"
 KINDS = ("ours-failjob", "ours", "torchrun")

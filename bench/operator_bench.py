@@ -32,7 +32,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -45,22 +44,16 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "localcluster"))
 
+from elasticjob_agent.ports import free_port  # noqa: E402
 from elasticjob_localcluster import (  # noqa: E402
     ClusterConfig,
     LocalCluster,
     connect,
     start_cluster,
 )
+from elasticjob_localcluster.placement import on_virtual_nodes  # noqa: E402
 
 NS = "bench"
-AGENT_TLS = "cacert" in (REPO / "agent/elasticjob_agent/rendezvous/config.py").read_text()
-"""Whether this tree's agent speaks TLS to etcd (torchrun's rdzv-conf names)."""
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait(what: str, predicate: Callable[[], Any], timeout: float = 180, every: float = 0.2) -> Any:
@@ -126,21 +119,21 @@ def job(name: str, **spec: Any) -> dict[str, Any]:
         "nprocPerNode": 1,
         "rendezvous": {"lastCallTimeoutSeconds": 1},
         "template": {
-            "spec": {
-                "containers": [
-                    {
-                        "name": "trainer",
-                        "image": "x",
-                        "command": ["python", "examples/train.py"],
-                        "args": ["--steps", "100000", "--step-sleep", "0.5"],
-                    }
-                ]
-            }
+            "spec": on_virtual_nodes(
+                {
+                    "containers": [
+                        {
+                            "name": "trainer",
+                            "image": "x",
+                            "command": ["python", "examples/train.py"],
+                            "args": ["--steps", "100000", "--step-sleep", "0.5"],
+                        }
+                    ]
+                }
+            )
         },
     }
-    body.update(spec)
-    if not AGENT_TLS and "etcd" not in spec:
-        body["etcd"] = {"insecure": True}  # an agent without TLS: the managed etcd in plain HTTP
+    body.update(spec)  # the managed etcd speaks TLS, as this tree's agent does
     return {
         "apiVersion": "elasticjob.dev/v1alpha1",
         "kind": "ElasticJob",
@@ -188,29 +181,31 @@ def _torchrun_pod(name: str, index: int, master: str) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": f"{name}-{index}", "namespace": NS, "labels": {"bench": name}},
-        "spec": {
-            "restartPolicy": "Never",
-            "hostname": f"{name}-{index}",
-            "subdomain": name,
-            "containers": [
-                {
-                    "name": "trainer",
-                    "image": "x",
-                    "command": [
-                        "torchrun",
-                        "--nnodes=2",
-                        "--nproc-per-node=1",
-                        "--rdzv-backend=c10d",
-                        f"--rdzv-endpoint={master}:29500",
-                        f"--rdzv-id={name}",
-                        "examples/train.py",
-                        "--steps=100000",
-                        "--step-sleep=0.5",
-                        f"--checkpoint-dir=/tmp/bench-{name}",
-                    ],
-                }
-            ],
-        },
+        "spec": on_virtual_nodes(
+            {
+                "restartPolicy": "Never",
+                "hostname": f"{name}-{index}",
+                "subdomain": name,
+                "containers": [
+                    {
+                        "name": "trainer",
+                        "image": "x",
+                        "command": [
+                            "torchrun",
+                            "--nnodes=2",
+                            "--nproc-per-node=1",
+                            "--rdzv-backend=c10d",
+                            f"--rdzv-endpoint={master}:29500",
+                            f"--rdzv-id={name}",
+                            "examples/train.py",
+                            "--steps=100000",
+                            "--step-sleep=0.5",
+                            f"--checkpoint-dir=/tmp/bench-{name}",
+                        ],
+                    }
+                ],
+            }
+        ),
     }
 
 
@@ -463,21 +458,23 @@ def hostile_pods(cluster: LocalCluster, count: int) -> list[str]:
                         }
                     ],
                 },
-                "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [
-                        {
-                            "name": "hostile",
-                            "image": "x",
-                            "command": [
-                                "python3",
-                                "-c",
-                                HOSTILE_SERVER,
-                                HOSTILE_KINDS[i % len(HOSTILE_KINDS)],
-                            ],
-                        }
-                    ],
-                },
+                "spec": on_virtual_nodes(
+                    {
+                        "restartPolicy": "Never",
+                        "containers": [
+                            {
+                                "name": "hostile",
+                                "image": "x",
+                                "command": [
+                                    "python3",
+                                    "-c",
+                                    HOSTILE_SERVER,
+                                    HOSTILE_KINDS[i % len(HOSTILE_KINDS)],
+                                ],
+                            }
+                        ],
+                    }
+                ),
             }
         )
     kubectl(
@@ -597,21 +594,23 @@ def main() -> int:
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {"name": "shared-etcd", "namespace": NS},
-            "spec": {
-                "restartPolicy": "Never",
-                "containers": [
-                    {
-                        "name": "etcd",
-                        "image": "quay.io/coreos/etcd:v3.5.17",
-                        "command": [
-                            "etcd",
-                            f"--data-dir=/tmp/bench-etcd-{os.getpid()}",
-                            "--listen-client-urls=http://0.0.0.0:2379",
-                            "--advertise-client-urls=http://0.0.0.0:2379",
-                        ],
-                    }
-                ],
-            },
+            "spec": on_virtual_nodes(
+                {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {
+                            "name": "etcd",
+                            "image": "quay.io/coreos/etcd:v3.5.17",
+                            "command": [
+                                "etcd",
+                                f"--data-dir=/tmp/bench-etcd-{os.getpid()}",
+                                "--listen-client-urls=http://0.0.0.0:2379",
+                                "--advertise-client-urls=http://0.0.0.0:2379",
+                            ],
+                        }
+                    ],
+                }
+            ),
         }
         if "many" not in sections:
             raise _Done

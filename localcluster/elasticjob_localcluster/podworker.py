@@ -15,11 +15,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from . import network
-from .kubeapi import STRATEGIC, ApiError
-from .network import created_mount_points_file
+from .kubeapi import STRATEGIC, ApiError, KubeApi
+from .network import Subnet, created_mount_points_file
 from .podenv import PodConfigError, PodContext, container_argv, container_env
 from .podstatus import (
     ContainerView,
@@ -33,13 +33,17 @@ from .podstatus import (
 from .probes import probe_once
 from .volumes import container_mounts, prepare_volumes, read_config_map, read_secret
 
-if TYPE_CHECKING:
-    from .emulator import NodeEmulator
-
 log = logging.getLogger(__name__)
 
 SHIM = Path(__file__).with_name("shim.py")
 #: Restart back-off: 1 s doubling up to 10 s (the kubelet's is 10 s up to 5 min; tests need speed).
+#: What the kubelet keeps of a container's termination message, and its default path.
+TERMINATION_MESSAGE_BYTES = 4096
+DEFAULT_TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+#: ``FallbackToLogsOnError``: the end of the log, as the kubelet takes it (2 KiB, 80 lines).
+FALLBACK_LOG_BYTES = 2048
+FALLBACK_LOG_LINES = 80
+
 BACKOFF_START = 1.0
 BACKOFF_MAX = 10.0
 
@@ -81,10 +85,38 @@ class Container:
         )
 
 
+class PodHost(Protocol):
+    """What a pod worker needs of the node it runs on (``emulator.NodeEmulator``): addresses,
+    the API, the hosts file, Events, and to be forgotten when its pod is gone."""
+
+    api: KubeApi
+    subnet: Subnet
+    host_ip: str
+    api_port: int
+    ca_pem: str
+    pod_path: str
+    """``PATH`` in every container."""
+    default_workdir: str
+    state_dir: Path
+    records_dir: Path
+
+    def allocate_index(self) -> int: ...
+
+    def release_index(self, index: int) -> None: ...
+
+    def render_hosts(self, worker: PodWorker) -> str: ...
+
+    def hosts_changed(self) -> None: ...
+
+    def forget(self, worker: PodWorker) -> None: ...
+
+    def event(self, pod: dict[str, Any], kind: str, reason: str, message: str) -> None: ...
+
+
 class PodWorker:
     """Runs one pod bound to one of the emulator's nodes, like a kubelet's pod worker."""
 
-    def __init__(self, emulator: NodeEmulator, pod: dict[str, Any]) -> None:
+    def __init__(self, emulator: PodHost, pod: dict[str, Any]) -> None:
         self.em = emulator
         self.pod = pod
         meta = pod["metadata"]
@@ -283,6 +315,12 @@ class PodWorker:
         pid_file.unlink(missing_ok=True)
         hostname = str(self.pod["spec"].get("hostname") or self.name)[:63]
         cwd = str(c.spec.get("workingDir") or self.em.default_workdir)
+        # As the kubelet does: a fresh file per run, bound at terminationMessagePath; what the
+        # command wrote there becomes the terminated state's message.
+        termination_log = self.dir / "run" / f"{c.name}.termination-log"
+        termination_log.write_bytes(b"")
+        message_path = str(c.spec.get("terminationMessagePath") or DEFAULT_TERMINATION_MESSAGE_PATH)
+        mounts = [*mounts, {"source": str(termination_log), "target": message_path}]
         spec_file.write_text(
             json.dumps(
                 {
@@ -313,7 +351,14 @@ class PodWorker:
         code = await c.proc.wait()
         probes.cancel()
         c.ready = False
-        c.last = Termination(exit_code=code, started_at=c.started_at, finished_at=now_rfc3339())
+        c.last = Termination(
+            exit_code=code,
+            started_at=c.started_at,
+            finished_at=now_rfc3339(),
+            message=termination_message(
+                termination_log, log_path, code, str(c.spec.get("terminationMessagePolicy") or "")
+            ),
+        )
         if code == 128 and c.restart_count == 0:
             c.message = log_path.read_text(errors="replace")[-300:]
         return code
@@ -558,3 +603,23 @@ class PodWorker:
         with contextlib.suppress(OSError):
             if json.loads(path.read_text()).get("uid") == self.uid:
                 path.unlink()
+
+
+def termination_message(termination_log: Path, log_path: Path, code: int, policy: str) -> str:
+    """The terminated state's message: what the container wrote to its termination message
+    file (at most 4 KiB), else with ``FallbackToLogsOnError`` and a failure, its log's end."""
+    try:
+        with termination_log.open("rb") as file:
+            message = file.read(TERMINATION_MESSAGE_BYTES).decode(errors="replace")
+    except OSError:
+        message = ""
+    if message or code == 0 or policy != "FallbackToLogsOnError":
+        return message
+    try:
+        with log_path.open("rb") as file:
+            size = file.seek(0, os.SEEK_END)
+            file.seek(max(0, size - FALLBACK_LOG_BYTES))
+            tail = file.read().decode(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(tail.splitlines()[-FALLBACK_LOG_LINES:])

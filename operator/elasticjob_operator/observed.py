@@ -7,8 +7,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -27,7 +27,7 @@ from elasticjob_agent.protocol.health import HealthReport
 
 from . import names
 from .agent_command import AGENT
-from .kueue import admission_gated
+from .kueue_names import admission_gated
 
 START_FAILURE_REASONS = frozenset(
     {
@@ -130,7 +130,7 @@ class PodView:
     ready: bool = False
     """The kubelet reports the pod ``Ready`` (for etcd: its readiness probe on ``/health``)."""
     gated: bool = False
-    """Kueue's admission gate holds it (``kueue.admission_gated``)."""
+    """Kueue's admission gate holds it (``kueue_names.admission_gated``)."""
     last_failure: WorkerFailure | None = None
     """The root cause its agent left in the main container's termination message, once that
     container terminated (the kubelet keeps it after the agent, and its health report, are
@@ -167,6 +167,18 @@ class Observed:
     """The operator's own etcd probe; ``None`` when there was nothing to probe yet."""
     kueue_reason: str | None = None
     """Why Kueue has not admitted the core's Workload (its condition message), if read."""
+
+
+def current_workers(pods: Sequence[PodView], attempts: Mapping[int, int]) -> dict[int, PodView]:
+    """The newest pod per replica index whose attempt is at least the recorded one."""
+    current: dict[int, PodView] = {}
+    for pod in pods:
+        if pod.attempt < attempts.get(pod.index, 0):
+            continue
+        best = current.get(pod.index)
+        if best is None or pod.attempt > best.attempt:
+            current[pod.index] = pod
+    return current
 
 
 def pod_view(pod: Mapping[str, Any]) -> PodView | None:
@@ -260,6 +272,32 @@ def start_failure(status: Mapping[str, Any], *, pod: str, slot: str) -> StartFai
 
 def _cap(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def without_witnessed_nodes(observed: Observed) -> Observed:
+    """``observed`` with ``lost_nodes`` less the nodes this job still hears from in this step.
+
+    A node's ``Ready`` condition goes Unknown when its kubelet misses heartbeats for the node
+    controller's grace period, which a starved kubelet on a loaded machine can do while every
+    container on it runs on. A worker whose agent answered the operator in this step, or the
+    newest managed etcd while the operator's probe or an agent reaches etcd, is a live witness:
+    its node is not lost to this job, and its pods are not replaced (that would cost a healthy
+    job a group restart). A node that is really gone answers nothing, so its pods are handled
+    as lost in the same step as before."""
+    if not observed.lost_nodes:
+        return observed
+    heard = {p.node for p in observed.workers if p.name in observed.reports and p.node}
+    etcd_heard = observed.etcd_reachable is True or any(
+        r.etcd.reachable for r in observed.reports.values()
+    )
+    newest = max(
+        (p for p in observed.etcd_pods if not p.terminal and not p.deleting),
+        key=lambda p: p.index,
+        default=None,
+    )
+    if etcd_heard and newest is not None and newest.node:
+        heard.add(newest.node)
+    return replace(observed, lost_nodes=observed.lost_nodes - heard)
 
 
 def node_lost(node: Mapping[str, Any]) -> bool:

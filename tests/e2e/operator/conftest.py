@@ -12,7 +12,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -22,8 +21,9 @@ from typing import Any
 
 import pytest
 import yaml
-from elasticjob_agent.rendezvous import config as agent_rdzv_config
+from elasticjob_agent.ports import free_port
 from elasticjob_localcluster import LocalCluster
+from elasticjob_localcluster.placement import on_virtual_nodes
 
 REPO = Path(__file__).resolve().parents[3]
 RELEASE = "ejop"
@@ -39,23 +39,6 @@ POOL = [f"ejop-{i}" for i in range(1, 25)]
 """Namespaces the operator watches; each test takes the next one."""
 
 pytestmark = pytest.mark.e2e
-
-
-def _agent_speaks_tls() -> bool:
-    """Whether this tree's agent takes torchrun's TLS rdzv-conf names (cacert, cert, key)."""
-    return "cacert" in Path(str(agent_rdzv_config.__file__)).read_text()
-
-
-AGENT_TLS = _agent_speaks_tls()
-"""Jobs of these tests use the managed etcd's mutual TLS (the default) once the agent speaks
-it; until then (an agent older than branch agent-core) they set ``spec.etcd.insecure``, and
-test_operator_e2e_tls.py fails saying so."""
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class OperatorProcess:
@@ -210,7 +193,8 @@ def ns(cluster: LocalCluster, operator: OperatorProcess) -> Iterator[str]:
 
 
 def job_manifest(name: str, **spec: Any) -> dict[str, Any]:
-    """A small CPU job of examples/train.py; ``spec`` entries override the defaults."""
+    """A small CPU job of examples/train.py on the virtual nodes (the emulator runs the
+    command on the host, from the repository); ``spec`` entries override the defaults."""
     args = spec.pop("args", ["--steps", "40", "--step-sleep", "0.1"])
     body: dict[str, Any] = {
         "replicas": 2,
@@ -222,7 +206,7 @@ def job_manifest(name: str, **spec: Any) -> dict[str, Any]:
         "stallTimeoutSeconds": 120,
         "rendezvous": {"lastCallTimeoutSeconds": 2, "heartbeatSeconds": 3},
         "template": {
-            "spec": {
+            "spec": on_virtual_nodes({
                 "containers": [
                     {
                         "name": "trainer",
@@ -241,12 +225,10 @@ def job_manifest(name: str, **spec: Any) -> dict[str, Any]:
                         },
                     }
                 ],
-            }
+            })
         },
-    }
+    }  # fmt: skip
     body.update(spec)
-    if not AGENT_TLS and "etcd" not in spec:
-        body["etcd"] = {"insecure": True}
     return {
         "apiVersion": "elasticjob.dev/v1alpha1",
         "kind": "ElasticJob",
@@ -316,3 +298,33 @@ def agent_status(cluster: LocalCluster, ns: str, pod: str) -> dict[str, Any] | N
             return dict(json.loads(r.read()))
     except (OSError, ValueError, RuntimeError):
         return None
+
+
+def evidence(cluster: LocalCluster, ns: str, name: str, operator: OperatorProcess) -> str:
+    """What a failed assertion on job ``ns/name`` needs to find its cause: the status, the
+    namespace's Events, the managed etcd pods' status, the operator's lines about the job and
+    the end of every agent's log."""
+    job = cluster.kubectl("get", "ej", name, "-n", ns, "-o", "json", check=False).stdout
+    status = json.dumps((json.loads(job) if job.strip() else {}).get("status"), indent=1)
+    events = cluster.kubectl(
+        "get", "events", "-n", ns, "--sort-by=.lastTimestamp",
+        "-o", "custom-columns=AT:.lastTimestamp,OBJECT:.involvedObject.name,REASON:.reason,"
+        "MESSAGE:.message", check=False,
+    ).stdout  # fmt: skip
+    etcd = "\n".join(
+        f"{p['metadata']['name']} on {p['spec'].get('nodeName')}: "
+        + json.dumps({k: p["status"].get(k) for k in ("phase", "conditions", "containerStatuses")})
+        for p in pods(cluster, ns, "etcd")
+    )
+    about = [line for line in operator.logs().splitlines() if name in line][-200:]
+    agents = "".join(
+        f"\n--- {p['metadata']['name']} (last 60 lines):\n"
+        + "\n".join(cluster.pod_logs(ns, p["metadata"]["name"]).splitlines()[-60:])
+        for p in pods(cluster, ns)
+    )
+    return (
+        f"\n=== status of {ns}/{name}:\n{status}\n=== events:\n{events}\n=== etcd pods:\n{etcd}"
+        f"\n=== operator ({len(about)} lines about {name}):\n"
+        + "\n".join(about)
+        + f"\n=== agents:{agents}"
+    )

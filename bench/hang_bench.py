@@ -11,7 +11,14 @@ new attempt succeeded). Three configurations, interleaved, on the same script:
   to ``init_process_group(timeout=...)`` by the script (``--collective-timeout 30``);
 - ``torchrun-default``: torchrun with torch's defaults (gloo: 30 minutes), capped at ``--cap``.
 
+and, on request (``--kinds``), ``ours-auto``: elasticjob-agent with ``--progress-timeout auto``
+(the timeout learned from the step intervals, ``--progress-auto-conf`` as given, else the
+defaults of ``spec.progress``). ``--step-seconds`` sets how long a step takes (the script sleeps
+that long in each), ``--hang-at`` the step at which rank 1 hangs.
+
     .venv/bin/python bench/hang_bench.py [--repeats 2] [--cap 150] [--nproc 1]
+    .venv/bin/python bench/hang_bench.py --kinds ours,ours-auto --step-seconds 1
+    .venv/bin/python bench/hang_bench.py --kinds ours,ours-auto --step-seconds 10 --hang-at 12
 
 Both launchers get ``--monitor-interval 0.1``, ``--max-restarts 100`` and last call 1 s; torchrun
 runs with ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` (see recovery_bench.py: without it torchrun
@@ -43,6 +50,7 @@ TARGET = PROGRESS_TIMEOUT + 10.0
 HANGING = re.compile(rb"hanging rank=(\d+)")
 RUNNING = re.compile(rb"running rank=(\d+)")
 KINDS = ("ours", "torchrun-30s", "torchrun-default")
+OURS = ("ours", "ours-auto")
 
 
 def _first(nodes: Sequence[Launcher], pattern: re.Pattern[bytes]) -> float | None:
@@ -75,7 +83,17 @@ def _wait(deadline: float, probe: Callable[[], float | None]) -> float | None:
     return None
 
 
-def one_run(kind: str, nproc: int, cap: float, workdir: Path, logs: Path | None) -> float:
+def one_run(
+    kind: str,
+    nproc: int,
+    cap: float,
+    workdir: Path,
+    logs: Path | None,
+    *,
+    step: tuple[float, int] = (0.05, 20),
+    auto_conf: str = "",
+) -> float:
+    """``step``: the seconds a step sleeps and the step at which rank 1 hangs."""
     run_id = f"hang-{uuid.uuid4().hex[:8]}"
     common = [
         "--nnodes", "2:2",
@@ -85,19 +103,24 @@ def one_run(kind: str, nproc: int, cap: float, workdir: Path, logs: Path | None)
         "--rdzv-id", run_id,
     ]  # fmt: skip
     script = [str(SCRIPT), "--hang-marker", str(workdir / f"{run_id}.hung")]
+    script += ["--step-sleep", str(step[0]), "--hang-at", str(step[1])]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "agent"), env.get("PYTHONPATH", "")])
     etcd: EmbeddedEtcd | None = None
     extra: list[list[str]] = [[], []]
-    if kind == "ours":
+    if kind in OURS:
         etcd = EmbeddedEtcd()
         etcd.start()
         argv = [
             sys.executable, "-m", "elasticjob_agent", "--health-addr", "127.0.0.1",
             "--rdzv-backend", "etcd-v3", "--rdzv-endpoint", etcd.endpoint,
             "--rdzv-conf", "join_timeout=300,last_call_timeout=1,heartbeat=2",
-            "--progress-timeout", str(PROGRESS_TIMEOUT), *common,
+            *common,
         ]  # fmt: skip
+        if kind == "ours":
+            argv += ["--progress-timeout", str(PROGRESS_TIMEOUT)]
+        else:
+            argv += ["--progress-timeout", "auto", "--progress-auto-conf", auto_conf]
         extra = [["--health-port", str(free_port())] for _ in range(2)]
     else:
         env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
@@ -143,22 +166,34 @@ def main() -> int:
     parser.add_argument("--nproc", type=int, default=1, help="workers per launcher (2 launchers)")
     parser.add_argument("--kinds", default=",".join(KINDS), help="comma-separated subset")
     parser.add_argument("--keep-logs", type=Path, help="write each run's output here")
+    parser.add_argument("--step-seconds", type=float, default=0.05, help="seconds per step")
+    parser.add_argument("--hang-at", type=int, default=20, help="the step at which rank 1 hangs")
+    parser.add_argument("--auto-conf", default="", help="ours-auto: --progress-auto-conf")
     args = parser.parse_args()
     kinds = args.kinds.split(",")
     results: dict[str, list[float]] = {k: [] for k in kinds}
     with tempfile.TemporaryDirectory(prefix="elasticjob-hang-bench-") as tmp:
         for _ in range(args.repeats):
             for kind in kinds:  # interleaved: the same load for each
-                seconds = one_run(kind, args.nproc, args.cap, Path(tmp), args.keep_logs)
+                seconds = one_run(
+                    kind,
+                    args.nproc,
+                    args.cap,
+                    Path(tmp),
+                    args.keep_logs,
+                    step=(args.step_seconds, args.hang_at),
+                    auto_conf=args.auto_conf,
+                )
                 results[kind].append(seconds)
                 print(f"  {kind:17} {_show(seconds, args.cap)} s", flush=True)
-    print()
+    print(f"\nsteps of {args.step_seconds:g} s, rank 1 hangs at step {args.hang_at}\n")
     print("| launcher | hang detection | runs (s) | median (s) |")
     print("| --- | --- | --- | --- |")
     how = {
         "ours": f"--progress-timeout {PROGRESS_TIMEOUT} (report_step)",
         "torchrun-30s": f"init_process_group(timeout={PROGRESS_TIMEOUT} s)",
         "torchrun-default": "torch's default (gloo 1800 s)",
+        "ours-auto": f"--progress-timeout auto {args.auto_conf or '(defaults)'}".strip(),
     }
     for kind in kinds:
         runs = results[kind]

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from elasticjob_agent.protocol.endpoints import TLS_KEYS, Endpoint, parse_endpoints, tls_from_conf
+from elasticjob_agent.protocol.hang_timeout import AutoSettings, HangTimeoutError
 from elasticjob_agent.protocol.health import DEFAULT_HEALTH_PORT
 from elasticjob_agent.protocol.keys import DEFAULT_PREFIX, validate_run_id
 from elasticjob_agent.protocol.restarts import TORCHRUN_MAX_RESTARTS_DEFAULT
@@ -125,6 +126,10 @@ class AgentArgs:
     progress_timeout: float | None = None
     """Restart the group (reason ``hang``) when no local worker reported a step for this long
     after its first one; ``None``: off."""
+    progress_auto: AutoSettings | None = None
+    """``--progress-timeout auto``: the timeout is learned from the step intervals."""
+    failure_policy: str | None = None
+    """``--failure-policy``: a path to the policy's JSON, or the JSON text (read by the CLI)."""
     warm_workers: bool = True
     """Keep spare interpreters with torch imported, so restarts skip the import."""
 
@@ -295,7 +300,23 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         "--progress_timeout",
         default="0",
         help="seconds without a step report (elasticjob_agent.progress.report_step) after the "
-        "first one before the group restarts with reason hang; 0 (default): off",
+        "first one before the group restarts with reason hang; 0 (default): off; auto: a "
+        "multiple of the observed step interval (--progress-auto-conf)",
+    )
+    valued(
+        "--progress-auto-conf",
+        "--progress_auto_conf",
+        default="",
+        help="with --progress-timeout auto, key=value,...: factor (5), percentile (95), window "
+        "(100 intervals), floor (10 s), ceiling (1800 s), exempt (5 steps per round)",
+    )
+    valued(
+        "--failure-policy",
+        "--failure_policy",
+        default=None,
+        help='a JSON file (or the JSON text itself) {"rules": [...]} as in an ElasticJob\'s '
+        "spec.failurePolicy: FailJob / Ignore / Count a failure by exit code, root cause or "
+        "reason",
     )
     valued(
         "--warm-workers",
@@ -524,9 +545,24 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> AgentArgs:
         nccl_async_error_handling=async_handling,
         nccl_monitoring=ns.nccl_monitoring,
         node_id=ns.node_id,
-        progress_timeout=_non_negative("--progress-timeout", ns.progress_timeout) or None,
+        progress_timeout=None
+        if ns.progress_timeout == "auto"
+        else _non_negative("--progress-timeout", ns.progress_timeout) or None,
+        progress_auto=_progress_auto(ns.progress_timeout, ns.progress_auto_conf),
+        failure_policy=ns.failure_policy or None,
         warm_workers=ns.warm_workers == "1" and not ns.no_python,
     )
+
+
+def _progress_auto(timeout: str, conf: str) -> AutoSettings | None:
+    if timeout != "auto":
+        if conf:
+            raise UsageError("--progress-auto-conf needs --progress-timeout auto")
+        return None
+    try:
+        return AutoSettings.from_conf(conf)
+    except HangTimeoutError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def resolve_nproc(spec: str, cpu_count: int, accelerator_count: int) -> int:

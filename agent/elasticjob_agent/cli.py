@@ -32,6 +32,12 @@ from elasticjob_agent.logs import EventContext, EventLog, configure
 from elasticjob_agent.pid1 import init_if_pid1
 from elasticjob_agent.protocol.endpoints import Endpoint, parse_endpoints
 from elasticjob_agent.protocol.exit_codes import ExitCode
+from elasticjob_agent.protocol.failure_policy import (
+    MAX_POLICY_BYTES,
+    FailurePolicy,
+    FailurePolicyError,
+    loads_policy,
+)
 from elasticjob_agent.protocol.health import EtcdStatus
 from elasticjob_agent.protocol.keys import JobKeys
 from elasticjob_agent.standalone import EmbeddedEtcd, EtcdStartError
@@ -145,7 +151,25 @@ def _c10d_rendezvous(args: AgentArgs, run_id: str, node: str) -> _Rendezvous:
     return _Rendezvous(handler, AgentRestartCounter(store, run_id, node), lambda: no_etcd)
 
 
+def load_failure_policy(source: str | None) -> FailurePolicy:
+    """``--failure-policy``: JSON text (the operator passes it inline), else a file's path."""
+    if source is None:
+        return FailurePolicy()
+    if source.lstrip().startswith("{"):
+        return loads_policy(source, "--failure-policy")
+    try:
+        with open(source, "rb") as file:
+            text = file.read(MAX_POLICY_BYTES + 1)
+    except OSError as exc:
+        raise FailurePolicyError(f"--failure-policy {source}: cannot read it: {exc}") from None
+    return loads_policy(text, f"--failure-policy {source}")
+
+
 def run(args: AgentArgs) -> int:
+    try:
+        policy = load_failure_policy(args.failure_policy)
+    except FailurePolicyError as exc:
+        return _usage_error(str(exc))
     nproc = resolve_nproc(args.nproc_per_node, os.cpu_count() or 1, _accelerators())
     node = args.node_id or args.rdzv_conf.get("node_id") or f"{socket.gethostname()}-{os.getpid()}"
     with ExitStack() as stack:
@@ -177,7 +201,11 @@ def run(args: AgentArgs) -> int:
         # torch's file timers, served always (torchrun: only with TORCHELASTIC_ENABLE_FILE_TIMER=1)
         # at the path the user chose, like torchrun, else in our work directory.
         torch_timer_file = os.environ.get(TORCH_TIMER_FILE_ENV) or str(work_dir / "timer.fifo")
-        timers = TimerServer(str(work_dir / "timer.sock"), torch_fifo=torch_timer_file)
+        timers = TimerServer(
+            str(work_dir / "timer.sock"),
+            torch_fifo=torch_timer_file,
+            auto_timeout=args.progress_auto,
+        )
         stack.callback(timers.close)
         try:
             checkpoint_env = _checkpoints(
@@ -261,6 +289,8 @@ def run(args: AgentArgs) -> int:
                 etcd_timeout=args.etcd_timeout,
                 local_addr=args.local_addr,
                 progress_timeout=args.progress_timeout,
+                progress_auto=args.progress_auto is not None,
+                failure_policy=policy,
                 knobs=AgentKnobs(
                     nccl_async_error_handling=args.nccl_async_error_handling,
                     nccl_heartbeat_timeout=args.nccl_heartbeat_timeout,

@@ -100,6 +100,17 @@ def agent_args(spec: JobSpec, target: AgentTarget, argv: Sequence[str]) -> list[
             if spec.progress_timeout_seconds is not None
             else []
         ),
+        *(
+            ["--progress-timeout=auto", f"--progress-auto-conf={spec.progress_auto.to_conf()}"]
+            if spec.progress_auto is not None
+            else []
+        ),
+        *(
+            # Inline JSON; "$" doubled because Kubernetes expands $(VAR) in a container's args.
+            [f"--failure-policy={spec.failure_policy.dumps().replace('$', '$$')}"]
+            if spec.failure_policy.rules
+            else []
+        ),
         *argv,
     ]
 

@@ -30,6 +30,13 @@ class ConditionType(StrEnum):
     """Every hot spare (``spec.spares``) stands by with its workers warm; when not, the reason
     says why (``SpareUnschedulable`` with the scheduler's message, ``SpareNotStarting``,
     ``SparesStarting``). Never holds the group back."""
+
+    FAILURE_POLICY = "FailurePolicy"
+    """A failure-policy rule decided a failure of the job (reason: the action; the message
+    names the rule and the root cause)."""
+    INVALID_SPEC = "InvalidSpec"
+    """The spec cannot be run as written (the message names the field); the operator waits for
+    a fixed spec."""
     REQUEST_REJECTED = "RequestRejected"
     """The API server refused a request of the operator (403, 422, 400), with its message;
     the operator retries with a growing back-off until the cause is fixed."""

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import kopf
 
 from . import metrics, names, probes
+from .conditions import ConditionType, set_condition
 from .kube import Kube, KubeError, PermanentKubeError
 from .names import JobRef
 from .observed import node_lost, pod_view
@@ -160,7 +161,7 @@ async def reconcile_job(
                 except SpecError as exc:
                     failed_spec_generation = generation
                     logger.error("invalid spec, fix it to continue: %s", exc)
-                    await _report_invalid(memo.kube, job, str(exc))
+                    await _report_invalid(memo.kube, job, str(exc), body, generation)
                 except PermanentKubeError as exc:
                     logger.error(
                         "API rejected a request (will retry after %.0f s): %s", backoff, exc
@@ -218,11 +219,30 @@ async def _sleep(stopped: kopf.DaemonStopped, wake: asyncio.Event, seconds: floa
         await asyncio.sleep(0.2)
 
 
-async def _report_invalid(kube: Kube, job: JobRef, message: str) -> None:
+async def _report_invalid(
+    kube: Kube, job: JobRef, message: str, body: kopf.Body, generation: int
+) -> None:
+    now = time.time()
+    stored = (body.get("status") or {}).get("conditions") or []
+    conditions = set_condition(
+        [c for c in stored if isinstance(c, dict)],
+        ConditionType.INVALID_SPEC,
+        True,
+        "InvalidSpec",
+        message,
+        now=now,
+        generation=generation,
+    )
     try:
         await kube.patch_job_status(
-            job, {"phase": "Failed", "reason": "InvalidSpec", "message": message}
+            job,
+            {
+                "phase": "Failed",
+                "reason": "InvalidSpec",
+                "message": message,
+                "conditions": conditions,
+            },
         )
-        await kube.post_event(job, "Warning", "InvalidSpec", message, time.time())
+        await kube.post_event(job, "Warning", "InvalidSpec", message, now)
     except KubeError as exc:
         log.warning("cannot report invalid spec of %s/%s: %s", job.namespace, job.name, exc)

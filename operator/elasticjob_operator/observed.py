@@ -19,6 +19,10 @@ from elasticjob_agent.protocol.failure import (
     counts_from_termination_message,
     from_termination_message,
 )
+from elasticjob_agent.protocol.failure_policy import (
+    PolicyDecision,
+    decision_from_termination_message,
+)
 from elasticjob_agent.protocol.health import HealthReport
 
 from . import names
@@ -138,6 +142,11 @@ class PodView:
     the spent budget (the count that spent it, which no health poll may have seen)."""
     start_failure: StartFailure | None = None
     """Why the kubelet cannot start one of its containers (``None`` while nothing blocks it)."""
+    policy_decision: PolicyDecision | None = None
+    """The failure-policy decision its agent left in the termination message as it exited on a
+    ``FailJob`` (``protocol.failure_policy``)."""
+    oom_killed: bool = False
+    """The kubelet says the main container was ``OOMKilled``."""
 
     @property
     def terminal(self) -> bool:
@@ -230,6 +239,8 @@ def pod_view(pod: Mapping[str, Any]) -> PodView | None:
         gated=admission_gated(spec),
         last_failure=None if message is None else from_termination_message(message),
         final_counts=None if message is None else counts_from_termination_message(message),
+        policy_decision=None if message is None else decision_from_termination_message(message),
+        oom_killed=_terminated_reason(status, main) == "OOMKilled",
         start_failure=start_failure(
             status, pod=name, slot="etcd" if role == names.ROLE_ETCD else f"worker-{index}"
         ),
@@ -327,6 +338,16 @@ def _container_exit(
                 message if isinstance(message, str) else None,
             )
     return None, None, None
+
+
+def _terminated_reason(status: Mapping[str, Any], name: str | None) -> str | None:
+    """The kubelet's reason for the terminated main container (``OOMKilled``, ``Error``)."""
+    for container in status.get("containerStatuses") or []:
+        if name is not None and container.get("name") != name:
+            continue
+        reason = ((container.get("state") or {}).get("terminated") or {}).get("reason")
+        return reason if isinstance(reason, str) else None
+    return None
 
 
 def parse_time(value: Any) -> float | None:

@@ -41,6 +41,8 @@ class GroupProgress:
     """Unix time of the newest step report (an agent's clock)."""
     done: bool = False
     """A worker said its training loop is over (``report_done``): silence is no hang now."""
+    timeout: float | None = None
+    """The highest hang timeout in force an agent of the round reports (fixed or learned)."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,8 @@ class ProgressState:
     step: int
     at: float
     steps_per_second: float | None = None
+    timeout_seconds: float | None = None
+    """The hang timeout in force at the sample (``GroupProgress.timeout``)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -57,6 +61,7 @@ class ProgressState:
             "lastStepTime": rfc3339(self.at),
             "sampledAt": self.at,
             "stepsPerSecond": self.steps_per_second,
+            "timeoutSeconds": self.timeout_seconds,
         }
 
     @classmethod
@@ -73,7 +78,15 @@ class ProgressState:
                 return None
         if isinstance(rate, bool) or not isinstance(rate, int | float) or rate < 0:
             rate = None
-        return cls(step, float(at), None if rate is None else float(rate))
+        timeout = data.get("timeoutSeconds")
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0:
+            timeout = None
+        return cls(
+            step,
+            float(at),
+            None if rate is None else float(rate),
+            None if timeout is None else float(timeout),
+        )
 
 
 def group_progress(reports: Iterable[HealthReport], run_id: str) -> GroupProgress | None:
@@ -91,10 +104,14 @@ def group_progress(reports: Iterable[HealthReport], run_id: str) -> GroupProgres
     ]
     if not stepped:
         return None
+    timeouts = [
+        r.progress_timeout_seconds for r in stepped if r.progress_timeout_seconds is not None
+    ]
     return GroupProgress(
         max(r.last_step or 0 for r in stepped),
         max(r.last_step_at or 0.0 for r in stepped),
         any(r.steps_done for r in stepped),
+        max(timeouts, default=None),
     )
 
 
@@ -103,16 +120,18 @@ def advance(state: ProgressState | None, seen: GroupProgress | None) -> Progress
     sample; a step lower than the last (a restart resumed from a checkpoint) starts anew."""
     if seen is None:
         return state
+    timeout = None if seen.timeout is None else round(seen.timeout, 1)
     if state is None:
-        return ProgressState(seen.step, seen.at)
+        return ProgressState(seen.step, seen.at, timeout_seconds=timeout)
     if seen.done and seen.step == state.step:
         return state  # finished at this step: nothing new to sample
     elapsed = seen.at - state.at
     if elapsed < SAMPLE_SECONDS:
         return state
     if seen.step < state.step:
-        return ProgressState(seen.step, seen.at)
-    return ProgressState(seen.step, seen.at, round((seen.step - state.step) / elapsed, 3))
+        return ProgressState(seen.step, seen.at, timeout_seconds=timeout)
+    rate = round((seen.step - state.step) / elapsed, 3)
+    return ProgressState(seen.step, seen.at, rate, timeout)
 
 
 @dataclass(frozen=True)

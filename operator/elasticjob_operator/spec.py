@@ -8,6 +8,7 @@ The CRD's schema applies defaults and rejects most mistakes before the operator 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -15,6 +16,12 @@ from enum import StrEnum
 from typing import Any
 
 from elasticjob_agent.protocol.endpoints import Endpoint, parse_endpoints
+from elasticjob_agent.protocol.failure_policy import (
+    FailurePolicy,
+    FailurePolicyError,
+    parse_policy,
+)
+from elasticjob_agent.protocol.hang_timeout import AutoSettings, HangTimeoutError
 from elasticjob_agent.protocol.restarts import JOB_MAX_RESTARTS_DEFAULT
 
 from .checkpointing import (
@@ -186,6 +193,12 @@ class JobSpec:
         """How many worker pods the job keeps: ``replicas`` plus ``spares``."""
         return self.replicas + self.spares
 
+    progress_auto: AutoSettings | None = None
+    """``spec.progress`` (mode ``Auto``): the hang timeout is learned from the step intervals;
+    ``None``: fixed (``progress_timeout_seconds``) or off."""
+    failure_policy: FailurePolicy = dataclasses.field(default_factory=FailurePolicy)
+    """``spec.failurePolicy``: what a failure that would spend the budget does instead."""
+
     @property
     def trainer_index(self) -> int:
         """Index of the trainer container in ``template.spec.containers``."""
@@ -283,7 +296,37 @@ def parse_spec(spec: Mapping[str, Any]) -> JobSpec:
         nccl=_nccl(_section(spec, "nccl")),
         run_policy=_run_policy(_section(spec, "runPolicy")),
         template=copy.deepcopy(dict(template)),
+        progress_auto=_progress(spec),
+        failure_policy=_failure_policy(spec),
     )
+
+
+def _failure_policy(spec: Mapping[str, Any]) -> FailurePolicy:
+    """``spec.failurePolicy``; the CRD checks its shape, this also compiles each pattern (which
+    CEL cannot) and names the field of the first that RE2 refuses."""
+    try:
+        return parse_policy(spec.get("failurePolicy"), "spec.failurePolicy")
+    except FailurePolicyError as exc:
+        raise SpecError(str(exc)) from None
+
+
+def _progress(spec: Mapping[str, Any]) -> AutoSettings | None:
+    raw = spec.get("progress")
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping) or raw.get("mode") != "Auto":
+        raise SpecError(
+            "spec.progress.mode must be Auto (a fixed timeout is progressTimeoutSeconds)"
+        )
+    if spec.get("progressTimeoutSeconds") is not None:
+        raise SpecError(
+            "spec.progress (the automatic hang timeout) and spec.progressTimeoutSeconds "
+            "(a fixed one) exclude each other: set one"
+        )
+    try:
+        return AutoSettings.from_spec(raw, "spec.progress")
+    except (HangTimeoutError, TypeError) as exc:
+        raise SpecError(str(exc)) from None
 
 
 def _section(spec: Mapping[str, Any], key: str) -> Mapping[str, Any]:

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
+from elasticjob_agent.protocol.failure_policy import FailurePolicyError, PolicyDecision
+
 from . import restarts
 from .conditions import rfc3339
 from .observed import StartFailure, parse_time
@@ -86,6 +88,8 @@ class JobStatus:
     """The training step the agents report, sampled (``progress.py``)."""
     start_failures: tuple[StartFailure, ...] = ()
     """Pods whose containers the kubelet cannot start, one per slot (``start_failures.track``)."""
+    failure_policy: PolicyDecision | None = None
+    """The latest failure-policy decision (``policy_status.py``)."""
 
     def evolve(self, **changes: Any) -> JobStatus:
         return replace(self, **changes)
@@ -138,6 +142,9 @@ class JobStatus:
             "lastFailure": None if self.last_failure is None else dict(self.last_failure),
             "progress": None if self.progress is None else self.progress.to_json(),
             "startFailures": [f.to_json() for f in self.start_failures],
+            "failurePolicy": None
+            if self.failure_policy is None
+            else {**self.failure_policy.to_json(), "time": _time(self.failure_policy.time)},
         }
 
     @classmethod
@@ -201,11 +208,22 @@ class JobStatus:
                 for f in (StartFailure.from_json(d) for d in _list(data.get("startFailures")))
                 if f is not None
             ),
+            failure_policy=_decision(data.get("failurePolicy")),
         )
 
 
 def _time(value: float | None) -> str | None:
     return None if value is None else rfc3339(value)
+
+
+def _decision(value: Any) -> PolicyDecision | None:
+    """A stored ``status.failurePolicy`` (its time as RFC 3339); ``None`` when not ours."""
+    if not isinstance(value, Mapping):
+        return None
+    try:
+        return PolicyDecision.from_json({**value, "time": parse_time(value.get("time")) or 0.0})
+    except FailurePolicyError:
+        return None
 
 
 def _list(value: Any) -> list[Any]:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from elasticjob_agent.protocol.failure import WorkerFailure
+from elasticjob_agent.protocol.failure_policy import PolicyDecision
 from elasticjob_agent.protocol.health import AgentState, EtcdStatus, HealthReport, WorkerStatus
 
 
@@ -32,6 +33,9 @@ class StatusFields:
     last_failure: WorkerFailure | None = None
     warm_workers: int = 0
     warm_pool: int = 0
+
+    failure_policy: PolicyDecision | None = None
+    progress_timeout: float | None = None
 
 
 class AgentStatus:
@@ -111,4 +115,7 @@ class AgentStatus:
             steps_done=False if steps is None else steps[2],
             warm_workers=f.warm_workers,
             warm_pool=f.warm_pool,
+
+            failure_policy=f.failure_policy,
+            progress_timeout_seconds=f.progress_timeout if f.state is AgentState.RUNNING else None,
         )

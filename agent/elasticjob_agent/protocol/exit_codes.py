@@ -32,6 +32,10 @@ class ExitCode(IntEnum):
     ETCD_UNREACHABLE = 13
     """etcd stayed unreachable for longer than the configured timeout."""
 
+    FAILURE_POLICY = 14
+    """A failure-policy rule with action ``FailJob`` matched a failure; the rendezvous was
+    closed without spending the budget."""
+
     TERMINATED = 143
     """The agent received SIGTERM (pod deletion, preemption) and stopped its workers."""
 
@@ -49,5 +53,6 @@ _REASONS: dict[ExitCode, str] = {
     ExitCode.RENDEZVOUS_CLOSED: "RendezvousClosed",
     ExitCode.JOIN_TIMEOUT: "JoinTimeout",
     ExitCode.ETCD_UNREACHABLE: "EtcdUnavailable",
+    ExitCode.FAILURE_POLICY: "FailurePolicy",
     ExitCode.TERMINATED: "Terminated",
 }

@@ -243,9 +243,14 @@ class FinalCounts:
         return cls(run_id, counts)
 
 
-def termination_message(failure: WorkerFailure | None, counts: FinalCounts | None = None) -> bytes:
+def termination_message(
+    failure: WorkerFailure | None,
+    counts: FinalCounts | None = None,
+    decision: Mapping[str, Any] | None = None,
+) -> bytes:
     """What the container's termination message file gets: the failure's summary line, then its
-    record as JSON, then (on the spent budget's exit) the final counts as JSON, within
+    record as JSON, then (on the spent budget's exit) the final counts as JSON, or (on a
+    failure policy's ``FailJob``) the ``decision`` as JSON (``{"failurePolicy": ...}``), within
     ``MAX_TERMINATION_MESSAGE`` bytes (the record's JSON is dropped first if it does not fit).
     Without a failure of this node's own: a line saying so, then the counts."""
     text = "restart budget spent" if failure is None else failure.summary()
@@ -256,13 +261,15 @@ def termination_message(failure: WorkerFailure | None, counts: FinalCounts | Non
     tail = b""
     if counts is not None:
         tail = json.dumps({"restarts": counts.to_json()}, sort_keys=True).encode() + b"\n"
+    if decision is not None:
+        tail += json.dumps({"failurePolicy": dict(decision)}, sort_keys=True).encode() + b"\n"
     for whole in (summary + record + tail, summary + tail):
         if len(whole) <= MAX_TERMINATION_MESSAGE:
             return whole
     return summary
 
 
-def _from_json_line(text: str, key: str, parse: Callable[[Any], T]) -> T | None:
+def from_json_line(text: str, key: str, parse: Callable[[Any], T]) -> T | None:
     """``parse`` of the value under ``key`` in the termination message's JSON line that holds
     it; ``None`` when there is none, or when the message, the line or the value is not valid
     (the message comes from a pod: untrusted)."""
@@ -281,13 +288,13 @@ def _from_json_line(text: str, key: str, parse: Callable[[Any], T]) -> T | None:
 def from_termination_message(text: str) -> WorkerFailure | None:
     """The record in a container's termination message (``termination_message``'s second line),
     parsed as strictly as a health report's; ``None`` when there is none or it is not valid."""
-    return _from_json_line(text, "lastFailure", WorkerFailure.from_json)
+    return from_json_line(text, "lastFailure", WorkerFailure.from_json)
 
 
 def counts_from_termination_message(text: str) -> FinalCounts | None:
     """The final counts in a container's termination message (see ``termination_message``);
     ``None`` when there are none or they are not valid (untrusted, like the record)."""
-    return _from_json_line(text, "restarts", FinalCounts.from_json)
+    return from_json_line(text, "restarts", FinalCounts.from_json)
 
 
 def _reject_constant(name: str) -> None:

@@ -21,6 +21,7 @@ from enum import Enum
 from typing import Any, Literal, overload
 
 from elasticjob_agent.protocol.failure import FailureRecordError, WorkerFailure
+from elasticjob_agent.protocol.failure_policy import FailurePolicyError, PolicyDecision
 
 SCHEMA_VERSION = 1
 DEFAULT_HEALTH_PORT = 29401
@@ -108,6 +109,13 @@ class HealthReport:
         done (the operator's ``status.readySpares`` counts these)."""
         return self.state is AgentState.STANDBY and self.warm_workers >= self.warm_pool
 
+    failure_policy: PolicyDecision | None = None
+    """The latest failure-policy rule that decided a round this agent counted
+    (``protocol.failure_policy``)."""
+    progress_timeout_seconds: float | None = None
+    """The progress (hang) timeout in force while running: the fixed one, or the one learned
+    from the step intervals; ``None``: none (off, or the round's first steps are exempt)."""
+
     def to_json(self) -> dict[str, Any]:
         return {
             "schemaVersion": SCHEMA_VERSION,
@@ -143,6 +151,9 @@ class HealthReport:
             "stepsDone": self.steps_done,
             "warmWorkers": self.warm_workers,
             "warmPool": self.warm_pool,
+
+            "failurePolicy": None if self.failure_policy is None else self.failure_policy.to_json(),
+            "progressTimeoutSeconds": self.progress_timeout_seconds,
         }
 
     def dumps(self) -> str:
@@ -212,6 +223,9 @@ class HealthReport:
             steps_done=_opt_bool(data, "stepsDone"),
             warm_workers=_opt_int(data, "warmWorkers") or 0,
             warm_pool=_opt_int(data, "warmPool") or 0,
+
+            failure_policy=_opt_decision(data.get("failurePolicy")),
+            progress_timeout_seconds=_opt_num(data, "progressTimeoutSeconds"),
         )
 
     @classmethod
@@ -396,6 +410,15 @@ def _opt_failure(value: object) -> WorkerFailure | None:
     try:
         return WorkerFailure.from_json(value)
     except FailureRecordError as exc:
+        raise HealthReportError(str(exc)) from None
+
+
+def _opt_decision(value: object) -> PolicyDecision | None:
+    if value is None:
+        return None
+    try:
+        return PolicyDecision.from_json(value)
+    except FailurePolicyError as exc:
         raise HealthReportError(str(exc)) from None
 
 

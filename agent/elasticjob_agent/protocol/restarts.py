@@ -50,6 +50,10 @@ class RestartReason(str, Enum):
     ETCD_RECOVERED = "etcd-recovered"
     """The group re-formed after etcd was lost and recreated: free; the operator counts it."""
 
+    IGNORED = "ignored"
+    """A failure that a failure-policy rule with action ``Ignore`` matched
+    (``protocol.failure_policy``): free."""
+
     @property
     def spends_budget(self) -> bool:
         return self.value in SPENDS_BUDGET
@@ -59,6 +63,9 @@ POD_FAILURE = "pod-failure"
 """Operator-counted: a worker pod failed before its agent joined a round; spends the budget."""
 POD_LOST = "pod-lost"
 """Operator-counted: a worker pod was lost before its agent joined a round; free."""
+POD_IGNORED = "pod-ignored"
+"""Operator-counted: a ``pod-failure`` that a failure-policy rule with action ``Ignore``
+matched; free."""
 ETCD_RECOVERED = RestartReason.ETCD_RECOVERED.value
 """Operator-counted: once per managed etcd it recreated."""
 

@@ -14,6 +14,10 @@ import logging
 import time
 from typing import Any
 
+from elasticjob_agent.protocol.failure_policy import PolicyDecision
+from elasticjob_agent.protocol.failure_policy import (
+    encode_close_reason as encode_policy_close_reason,
+)
 from elasticjob_agent.protocol.restarts import (
     RestartCounts,
     RestartReason,
@@ -42,8 +46,16 @@ class AgentRestartCounter:
     def read(self) -> RestartCounts:
         return self._counts
 
-    def record(self, round_: int, reason: RestartReason, patience: float | None = None) -> Recorded:
-        self._counts = self._counts.plus(reason)
+    def record(
+        self,
+        round_: int,
+        reason: RestartReason,
+        patience: float | None = None,
+        *,
+        spend: bool = True,
+    ) -> Recorded:
+        if spend:
+            self._counts = self._counts.plus(reason)
         return Recorded(True, reason, self._counts)
 
     def counted(self, round_: int) -> RestartReason | None:
@@ -51,7 +63,12 @@ class AgentRestartCounter:
         return None
 
     def mark_budget_spent(self, counts: RestartCounts, max_restarts: int) -> None:
-        payload = encode_close_reason(counts.by_reason, self._node, max_restarts, time.time())
+        self._mark(encode_close_reason(counts.by_reason, self._node, max_restarts, time.time()))
+
+    def mark_failed_by_policy(self, decision: PolicyDecision) -> None:
+        self._mark(encode_policy_close_reason(decision, self._node))
+
+    def _mark(self, payload: bytes) -> None:
         try:
             self._store.set(self._key, payload)
         except Exception as exc:  # torch raises RuntimeError subclasses for a lost store

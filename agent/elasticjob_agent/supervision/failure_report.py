@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from elasticjob_agent.protocol.failure import MAX_TAIL, FinalCounts, WorkerFailure
 from elasticjob_agent.supervision.root_cause import (
@@ -48,7 +50,10 @@ def read_failure(
 
 
 def write_termination_message(
-    failure: WorkerFailure | None, path: str | None = None, counts: FinalCounts | None = None
+    failure: WorkerFailure | None,
+    path: str | None = None,
+    counts: FinalCounts | None = None,
+    decision: Mapping[str, Any] | None = None,
 ) -> bool:
     """Write the failure (and, on the spent budget's exit, the final ``counts``) to the
     container's termination message file, if it is writable (outside Kubernetes it usually is
@@ -56,7 +61,7 @@ def write_termination_message(
     target = path or os.environ.get("ELASTICJOB_TERMINATION_LOG") or TERMINATION_LOG
     try:
         with open(target, "wb") as out:
-            out.write(termination_message(failure, counts))
+            out.write(termination_message(failure, counts, decision))
     except OSError as exc:
         logger.debug("no termination message at %s: %s", target, exc)
         return False

@@ -17,6 +17,10 @@ from typing import TypeVar
 from elasticjob_agent.etcd.messages import op_range, prefix_end
 from elasticjob_agent.etcd.retry import retry_until
 from elasticjob_agent.etcd.session import EtcdSession
+from elasticjob_agent.protocol.failure_policy import PolicyDecision
+from elasticjob_agent.protocol.failure_policy import (
+    encode_close_reason as encode_policy_close_reason,
+)
 from elasticjob_agent.protocol.keys import JobKeys
 from elasticjob_agent.protocol.restarts import (
     RestartCounts,
@@ -89,12 +93,21 @@ class JobRestartCounter:
 
         return self._run(counts)
 
-    def record(self, round_: int, reason: RestartReason, patience: float | None = None) -> Recorded:
+    def record(
+        self,
+        round_: int,
+        reason: RestartReason,
+        patience: float | None = None,
+        *,
+        spend: bool = True,
+    ) -> Recorded:
         """Count the restart that tears down ``round_``, unless another agent already did.
 
         The event key and the counter bump go in one transaction guarded by the counters' mod
         revisions, so concurrent agents never lose or double an increment. ``patience``
-        overrides the instance's etcd patience for this call.
+        overrides the instance's etcd patience for this call. ``spend=False`` claims the round
+        (its event key) without counting anything: the job ends there (a failure-policy
+        ``FailJob``), and the other agents must neither count the round nor decide it again.
         """
         client = self._session.client
         event_key = self._keys.restart_event(round_)
@@ -106,7 +119,7 @@ class JobRestartCounter:
                 return Recorded(False, winner, (await self._stored()).counts)
             stored = await self._stored()
             cas, new = restart_transactions.record(
-                self._keys, stored, round_, reason, node=self._node, at=time.time()
+                self._keys, stored, round_, reason, node=self._node, at=time.time(), spend=spend
             )
             response = await client.cas(cas)
             return Recorded(True, reason, new) if response.succeeded else None
@@ -131,6 +144,13 @@ class JobRestartCounter:
     def mark_budget_spent(self, counts: RestartCounts, max_restarts: int) -> None:
         """Say why the rendezvous is being closed, so every agent exits with the same code."""
         payload = encode_close_reason(counts.by_reason, self._node, max_restarts, time.time())
+        key = self._keys.close_reason.encode()
+        self._run(lambda: self._session.client.put(key, payload))
+
+    def mark_failed_by_policy(self, decision: PolicyDecision) -> None:
+        """Say that a failure-policy ``FailJob`` closes the rendezvous (``close_reason``
+        ``FailurePolicy``), so every agent exits ``FAILURE_POLICY``."""
+        payload = encode_policy_close_reason(decision, self._node)
         key = self._keys.close_reason.encode()
         self._run(lambda: self._session.client.put(key, payload))
 

@@ -71,4 +71,6 @@ def exit_for_closed(close_reason: str | None) -> ExitCode:
     """The exit code when the rendezvous was found closed, by the reason its closer recorded."""
     if close_reason == BUDGET_SPENT_REASON:
         return ExitCode.MAX_RESTARTS_EXCEEDED
+    if close_reason == ExitCode.FAILURE_POLICY.reason:
+        return ExitCode.FAILURE_POLICY
     return ExitCode.RENDEZVOUS_CLOSED

@@ -81,16 +81,18 @@ def record(
     *,
     node: str,
     at: float,
+    spend: bool = True,
 ) -> tuple[Cas, RestartCounts]:
     """The compare-and-swap that counts ``reason`` for the restart that tore ``round_`` down,
     decided on ``stored``, and the counts it leaves. It fails if another agent counted that
     round first (its event key exists) or changed any counter (or the seed) since ``stored``
     was read. Before the first count, every seeded reason is written, so the seed is taken
-    over whole."""
-    new = stored.counts.plus(reason)
-    to_write = (
-        new.by_reason if stored.seed is not None else {reason.value: new.by_reason[reason.value]}
-    )
+    over whole. ``spend=False`` claims the round (its event key) and counts nothing: a
+    failure-policy ``FailJob`` ends the job there, and no other agent may count the round."""
+    new = stored.counts.plus(reason) if spend else stored.counts
+    to_write = dict(new.by_reason) if stored.seed is not None else {}
+    if spend:
+        to_write[reason.value] = new.by_reason[reason.value]
     event_key = keys.restart_event(round_).encode()
     compare = [created_at(event_key, 0)]
     for r in RestartReason:

@@ -13,7 +13,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -23,6 +23,13 @@ from elasticjob_agent.health.status import AgentStatus
 from elasticjob_agent.logs import EventLog
 from elasticjob_agent.protocol.exit_codes import ExitCode
 from elasticjob_agent.protocol.failure import MAX_MESSAGE, FinalCounts, WorkerFailure, cap
+from elasticjob_agent.protocol.failure_policy import (
+    Action,
+    FailurePolicy,
+    PolicyDecision,
+    decision_record,
+    facts_of,
+)
 from elasticjob_agent.protocol.health import AgentState, WorkerStatus
 from elasticjob_agent.protocol.restarts import RestartCounts, RestartReason, RestartStateError
 from elasticjob_agent.rendezvous import (
@@ -39,6 +46,7 @@ from elasticjob_agent.rendezvous.role_info import (
 )
 from elasticjob_agent.rendezvous.roles import exchange_roles
 from elasticjob_agent.supervision.failure_report import read_failure, write_termination_message
+from elasticjob_agent.supervision.oom import oom_kills
 from elasticjob_agent.supervision.restart_counter import Recorded
 from elasticjob_agent.supervision.restart_policy import (
     exit_for_closed,
@@ -76,10 +84,16 @@ class Handler(Protocol):
 class Counter(Protocol):
     def read(self) -> RestartCounts: ...
     def record(
-        self, round_: int, reason: RestartReason, patience: float | None = None
+        self,
+        round_: int,
+        reason: RestartReason,
+        patience: float | None = None,
+        *,
+        spend: bool = True,
     ) -> Recorded: ...
     def counted(self, round_: int) -> RestartReason | None: ...
     def mark_budget_spent(self, counts: RestartCounts, max_restarts: int) -> None: ...
+    def mark_failed_by_policy(self, decision: PolicyDecision) -> None: ...
     def close_reason(self) -> str | None: ...
 
 
@@ -98,6 +112,7 @@ class Timers(Protocol):
     def reset(self, pids: frozenset[int]) -> None: ...
     def expired(self) -> list[Expired]: ...
     def steps(self) -> StepProgress | None: ...
+    def learned_timeout(self) -> float | None: ...
 
 
 @dataclass(frozen=True)
@@ -112,6 +127,11 @@ class SupervisorSettings:
     knobs: AgentKnobs
     progress_timeout: float | None = None
     """``--progress-timeout``: restart with reason ``hang`` after this long without a step."""
+    progress_auto: bool = False
+    """``--progress-timeout auto``: the timeout is the one the timers learned from the steps
+    (``protocol.hang_timeout``); ``progress_timeout`` is unused."""
+    failure_policy: FailurePolicy = field(default_factory=FailurePolicy)
+    """``--failure-policy``: what a failure that would spend the budget does instead."""
 
 
 class _Exit(Exception):
@@ -153,6 +173,9 @@ class Supervisor:
         self._root_cause: WorkerFailure | None = None
         """The last root cause written to the termination message (rewritten with the final
         counts when the budget is spent)."""
+        self._round_cause: WorkerFailure | None = None
+        """This round's root cause, if this agent saw one (what the failure policy judges)."""
+        self._oom_kills_at_start: int | None = None
 
     # -- public --------------------------------------------------------------------------------
 
@@ -229,6 +252,8 @@ class Supervisor:
             for lr in range(self._s.nproc_per_node)
         }
         self._base_rank = assignment.base_global_rank
+        self._round_cause = None
+        self._oom_kills_at_start = oom_kills() if self._s.failure_policy.rules else None
         self._workers.start(envs, self._attempt, self._s.role)
         pids = self._workers.pids()
         self._timers.reset(frozenset(pids.values()))
@@ -367,8 +392,11 @@ class Supervisor:
             if self._timers_fired():
                 return RestartReason.TIMER
             steps = self._timers.steps()
-            if steps is not None and is_hung(steps, self._s.progress_timeout, time.monotonic()):
-                self._hung(steps)
+            timeout = self._hang_timeout()
+            if self._status.fields.progress_timeout != timeout:
+                self._status.update(progress_timeout=timeout)
+            if steps is not None and is_hung(steps, timeout, time.monotonic()):
+                self._hung(steps, timeout)
                 return RestartReason.HANG
             codes = self._workers.exit_codes()
             self._status.update(
@@ -392,7 +420,13 @@ class Supervisor:
                 if reason is not None:
                     return reason
 
-    def _hung(self, steps: StepProgress) -> None:
+    def _hang_timeout(self) -> float | None:
+        """The progress timeout in force: the fixed one, or the one learned from the steps."""
+        if self._s.progress_auto:
+            return self._timers.learned_timeout()
+        return self._s.progress_timeout
+
+    def _hung(self, steps: StepProgress, timeout: float | None) -> None:
         """No local worker reported a step for the progress timeout: that is the round's root
         cause (the peers' workers then fail with lost connections, mere consequences)."""
         silent = time.time() - steps.at
@@ -400,7 +434,8 @@ class Supervisor:
             "no_progress",
             last_step=steps.step,
             seconds=f"{silent:.1f}",
-            progress_timeout_s=self._s.progress_timeout,
+            progress_timeout_s=timeout,
+            learned=self._s.progress_auto,
         )
         failure = WorkerFailure(
             local_rank=0,
@@ -410,7 +445,7 @@ class Supervisor:
             pod=self._environ.get("POD_NAME") or self._environ.get("HOSTNAME"),
             message=cap(
                 f"no training step for {silent:.0f} s after step {steps.step} "
-                f"(progress timeout {self._s.progress_timeout:g} s): a rank of this node hung, "
+                f"(progress timeout {timeout or 0:g} s): a rank of this node hung, "
                 "or waits for one that did",
                 MAX_MESSAGE,
             ),
@@ -479,6 +514,7 @@ class Supervisor:
 
     def _write_root_cause(self, failure: WorkerFailure) -> None:
         self._root_cause = failure
+        self._round_cause = failure
         write_termination_message(failure)
 
     def _membership_change(self) -> RestartReason | None:
@@ -564,9 +600,17 @@ class Supervisor:
             round_lost = self._round_state_lost()
         plan = plan_restart(observed, round_lost)
         reason = plan.reason
+        decided: tuple[RestartReason, PolicyDecision | None] = (reason, None)
+        if plan.agent_counts and reason.spends_budget and self._s.failure_policy.rules:
+            decided = self._apply_policy(reason)  # a FailJob ends the job here
+        reason, decision = decided
         if plan.agent_counts:
             # Count first, then stop: peers racing to count the same round see our reason.
             recorded = self._etcd(lambda: self._counter.record(self._round, reason))
+            if decision is not None and recorded.counted:
+                self._status.update(failure_policy=decision)
+                # The kubelet keeps it after we exit, which may be before the next poll.
+                write_termination_message(self._root_cause, decision=decision.to_json())
         else:
             if counts is None:
                 counts = self._etcd(self._counter.read)
@@ -595,6 +639,60 @@ class Supervisor:
             except RendezvousError as exc:
                 logger.warning("closing the rendezvous failed: %s", exc)
             raise _Exit(ExitCode.MAX_RESTARTS_EXCEEDED, verdict.detail)
+
+    # -- failure policy ------------------------------------------------------------------------
+
+    def _apply_policy(self, reason: RestartReason) -> tuple[RestartReason, PolicyDecision | None]:
+        """The failure policy's verdict on this round's failure, as the reason to count it under
+        and the decision to report (``None``: no rule matched). One decision per round for the
+        job: the first agent to count the round decides (``record``), so an agent that only saw
+        a peer's lost connection first gives the peer that saw the cause time to decide."""
+        cause = self._round_cause
+        if cause is not None and cause.is_consequence():
+            self._await_peer_count()  # (a lost member was given that time already)
+        facts = facts_of(reason.value, cause, oom_killed=self._oom_killed(cause))
+        verdict = self._s.failure_policy.decide(facts)
+        summary = None if cause is None else cause.summary()
+        decision = decision_record(verdict, facts, self._round, time.time(), summary)
+        if decision is None:
+            return reason, None
+        self._events.warning(
+            "failure_policy",
+            rule=decision.rule,
+            action=decision.action.value,
+            reason=reason.value,
+            root_cause=decision.root_cause[:500],
+        )
+        if decision.action is Action.FAIL_JOB:
+            self._fail_by_policy(reason, decision)
+            return reason, None  # a peer decided the round first: its decision stands
+        if decision.action is Action.IGNORE:
+            return RestartReason.IGNORED, decision
+        return reason, decision
+
+    def _fail_by_policy(self, reason: RestartReason, decision: PolicyDecision) -> None:
+        """``FailJob``: claim the round without counting it, say why the rendezvous closes,
+        close it and exit; peers find it closed and exit the same way. Returns only when a peer
+        had already counted the round (its decision stands)."""
+        claimed = self._etcd(lambda: self._counter.record(self._round, reason, spend=False))
+        if not claimed.counted:
+            self._events.info("failure_policy_decided_by_peer", counted_reason=claimed.reason.value)
+            return
+        self._status.update(failure_policy=decision)
+        self._etcd(lambda: self._counter.mark_failed_by_policy(decision))
+        write_termination_message(self._root_cause, decision=decision.to_json())
+        try:
+            self._handler.set_closed()
+        except RendezvousError as exc:
+            logger.warning("closing the rendezvous failed: %s", exc)
+        raise _Exit(ExitCode.FAILURE_POLICY, decision.summary())
+
+    def _oom_killed(self, cause: WorkerFailure | None) -> bool:
+        """The worker died of SIGKILL while the container's OOM kill count went up."""
+        if cause is None or cause.signal != "SIGKILL" or self._oom_kills_at_start is None:
+            return False
+        now = oom_kills()
+        return now is not None and now > self._oom_kills_at_start
 
     # -- terminal paths ------------------------------------------------------------------------
 

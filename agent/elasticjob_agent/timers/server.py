@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
+from elasticjob_agent.protocol.hang_timeout import AutoSettings, StepIntervals
 from elasticjob_agent.timers.steps import StepProgress, first_step
 from elasticjob_agent.timers.table import Expired, TimerMessage, TimerMessageError, TimerTable
 from elasticjob_agent.timers.torch_fifo import TorchTimerFifo
@@ -30,6 +31,7 @@ class TimerServer:
         monotonic: Callable[[], float] = time.monotonic,
         *,
         torch_fifo: str | None = None,
+        auto_timeout: AutoSettings | None = None,
     ) -> None:
         self.path = path
         self._clock = clock
@@ -38,6 +40,8 @@ class TimerServer:
         self._table = TimerTable()
         self._lock = threading.Lock()
         self._last_progress: float | None = None
+        self._intervals = None if auto_timeout is None else StepIntervals(auto_timeout)
+        """With an automatic progress timeout: the pace learned from the step reports."""
         if os.path.exists(path):
             os.unlink(path)
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -89,6 +93,8 @@ class TimerServer:
 
     def _note_step(self, step: int) -> None:
         at, mono = self._last_progress or self._clock(), self._monotonic()
+        if self._intervals is not None:
+            self._intervals = self._intervals.observe(step, mono)
         self._steps = (
             first_step(step, at, mono)
             if self._steps is None
@@ -100,6 +106,8 @@ class TimerServer:
             self._table.reset(pids)
             self._last_progress = self._clock()
             self._steps = None
+            if self._intervals is not None:
+                self._intervals = self._intervals.new_round()
 
     def expired(self) -> list[Expired]:
         with self._lock:
@@ -114,6 +122,12 @@ class TimerServer:
         """The group's step progress since the last ``reset`` (``None``: no step yet)."""
         with self._lock:
             return self._steps
+
+    def learned_timeout(self) -> float | None:
+        """The automatic progress timeout in force (``protocol.hang_timeout``); ``None`` without
+        one, or while the round's first steps are exempt."""
+        with self._lock:
+            return None if self._intervals is None else self._intervals.timeout()
 
     def close(self) -> None:
         if self.torch_fifo is not None:

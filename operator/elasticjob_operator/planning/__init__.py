@@ -6,9 +6,10 @@ an etcd generation, a restart), then runs the actions, each idempotent. Killing 
 between any two steps therefore neither duplicates an object nor loses or doubles a count.
 
 One module per concern of a step, in the order ``plan`` runs them: ``reports`` (what the agents
-counted and said), ``terminal`` (failed, succeeded, cleaned up), ``suspend``, ``workers`` and
-``etcd`` (the objects), ``stalls`` and ``summary``; ``actions`` holds what a step decides and
-``rejection`` the condition for a request the API server refused.
+counted and said), ``policy`` (the failure-policy decisions they made), ``terminal`` (failed,
+succeeded, cleaned up), ``suspend``, ``workers`` and ``etcd`` (the objects), ``stalls`` and
+``summary``; ``actions`` holds what a step decides and ``rejection`` the condition for a request
+the API server refused.
 """
 
 from __future__ import annotations
@@ -34,13 +35,14 @@ from .actions import (
     WriteSeed,
 )
 from .etcd import manage_etcd
+from .policy import note_policy
 from .rejection import Rejection, note_rejection
 from .reports import mark_joined, merge_reports, note_invalid_reports
 from .stalls import no_progress, note_start_failures, track_progress, track_stall
 from .summary import summarize
 from .suspend import suspend
 from .terminal import finish, finish_cleanup, peers_still_exiting, succeeded, terminal_failure
-from .workers import ensure_services, manage_workers
+from .workers import ensure_services, manage_workers, policy_fails_a_pod
 
 __all__ = [
     "Action",
@@ -116,11 +118,14 @@ def _plan(
         return draft.freeze()
 
     merge_reports(draft, observed)
+    note_policy(draft, observed, workers, now)
     note_invalid_reports(draft, observed)
     mark_joined(draft, observed)
 
-    failure = terminal_failure(spec, draft.status, workers, now)
-    if failure is not None and peers_still_exiting(failure[0], workers, now):
+    failure = terminal_failure(spec, draft.status, workers, now) or policy_fails_a_pod(
+        draft, spec, workers, observed.lost_nodes, now
+    )
+    if failure is not None and peers_still_exiting(failure[0], draft.status, workers, now):
         return draft.freeze()  # the next pod event (or the deadline) decides, with their word
     if failure is not None:
         finish(

@@ -4,6 +4,9 @@ timeout, and the ``PodsNotStarting`` condition.
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
+
 from elasticjob_agent.protocol.restarts import RestartReason
 
 from .. import progress, start_failures
@@ -25,8 +28,11 @@ def no_progress(
     """``NoProgress`` (``progress.no_progress``), from the reports and the ``hang`` count."""
     hang = RestartReason.HANG.value
     current = draft.status.stall
+    timeout = spec.progress_timeout_seconds
+    if spec.progress_auto is not None:  # the agents' learned timeout, as they report it
+        timeout = None if seen is None or seen.timeout is None else math.ceil(seen.timeout)
     verdict = progress.no_progress(
-        timeout=spec.progress_timeout_seconds,
+        timeout=timeout,
         seen=seen,
         current=(current.since, current.message)
         if current is not None and current.reason == StallReason.NO_PROGRESS
@@ -45,7 +51,7 @@ def track_progress(draft: Draft, seen: progress.GroupProgress | None, stall: Sta
         and stall.reason is StallReason.NO_PROGRESS
         and state.steps_per_second != 0.0
     ):
-        state = progress.ProgressState(state.step, state.at, 0.0)
+        state = replace(state, steps_per_second=0.0)
     draft.status = draft.status.evolve(progress=state)
 
 

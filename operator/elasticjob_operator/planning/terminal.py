@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from elasticjob_agent.protocol.exit_codes import ExitCode
+from elasticjob_agent.protocol.failure_policy import Action as PolicyAction
 from elasticjob_agent.protocol.health import AgentState, HealthReport
 
 from .. import restarts, root_cause
@@ -26,12 +27,21 @@ ROOT_CAUSE_WAIT_SECONDS = 30.0
 did (they all exit within a second or two of each other)."""
 
 
-def peers_still_exiting(reason: str, workers: Mapping[int, PodView], now: float) -> bool:
+def peers_still_exiting(
+    reason: str, status: JobStatus, workers: Mapping[int, PodView], now: float
+) -> bool:
     """Whether a ``MaxRestartsExceeded`` verdict should wait: one agent exited on the spent budget
     and others still run. Each leaves its root cause in its termination message, and the one
     whose rank raised may reach the API after a peer that only lost its connection; the verdict
-    quotes the root cause, so it waits (at most ``ROOT_CAUSE_WAIT_SECONDS``) for all of them."""
-    if reason != ExitCode.MAX_RESTARTS_EXCEEDED.reason:
+    quotes the root cause, so it waits (at most ``ROOT_CAUSE_WAIT_SECONDS``) for all of them.
+    So does a ``FailurePolicy`` verdict whose decision (the agent that made it leaves it in its
+    termination message) is not known yet: a peer that found the rendezvous closed may exit
+    first."""
+    if reason == ExitCode.FAILURE_POLICY.reason:
+        decided = status.failure_policy
+        if decided is not None and decided.action is PolicyAction.FAIL_JOB:
+            return False
+    elif reason != ExitCode.MAX_RESTARTS_EXCEEDED.reason:
         return False
     exited = [p.finished_at for p in workers.values() if p.terminal and p.finished_at is not None]
     running = [p for p in workers.values() if p.phase is PodPhase.RUNNING and not p.deleting]
@@ -52,6 +62,15 @@ def terminal_failure(
             f"maxRestarts {spec.max_restarts}"
             + ("" if last is None else f"; last root cause: {last.summary()}")
             + "".join(f"; cannot start: {f.summary()}" for f in status.start_failures[:1]),
+        )
+    if ExitCode.FAILURE_POLICY in codes:
+        decided = status.failure_policy
+        if decided is not None and decided.action is PolicyAction.FAIL_JOB:
+            return (ExitCode.FAILURE_POLICY.reason, decided.summary())
+        return (
+            ExitCode.FAILURE_POLICY.reason,
+            "an agent applied a failure-policy rule with action FailJob (exit code 14); "
+            "see the worker pods' logs",
         )
     if ExitCode.USAGE in codes:
         return (

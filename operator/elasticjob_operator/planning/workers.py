@@ -5,12 +5,16 @@ when no agent could.
 
 from __future__ import annotations
 
-from elasticjob_agent.protocol.exit_codes import ExitCode
+from collections.abc import Mapping
 
-from .. import kueue, manifests, names, restarts
+from elasticjob_agent.protocol.exit_codes import ExitCode
+from elasticjob_agent.protocol.failure_policy import Action as PolicyAction
+
+from .. import kueue, manifests, names, policy_status, restarts
 from ..observed import Observed, PodPhase, PodView, current_workers
 from ..spec import EtcdMode, JobSpec
 from .actions import CreateObject, DeletePod, Draft
+from .policy import record_decision
 
 
 def ensure_services(
@@ -75,6 +79,14 @@ def manage_workers(
         if not _needs_replacement(found, lost_nodes):
             continue
         reason = _replacement_reason(found, lost_nodes)
+        if reason == restarts.POD_FAILURE:
+            decided = policy_status.pod_decision(
+                spec.failure_policy, found, draft.status.round, now
+            )
+            if decided is not None:
+                record_decision(draft, decided, now)
+                if decided.action is PolicyAction.IGNORE:
+                    reason = restarts.POD_IGNORED
         if reason is not None:
             counts = restarts.bump(counts, reason)
         attempts[index] = attempt + 1
@@ -107,6 +119,27 @@ def manage_workers(
                 draft.actions.append(DeletePod(pod.name, force=True))  # stuck Terminating
     draft.status = draft.status.evolve(attempts=attempts, restarts=counts)
     return admission
+
+
+def policy_fails_a_pod(
+    draft: Draft,
+    spec: JobSpec,
+    workers: Mapping[int, PodView],
+    lost_nodes: frozenset[str],
+    now: float,
+) -> tuple[str, str] | None:
+    """A worker pod failed before its agent joined a round (no agent decided it) and a
+    ``FailJob`` rule matches it: the job fails instead of replacing the pod."""
+    for pod in workers.values():
+        if not _needs_replacement(pod, lost_nodes):
+            continue
+        if _replacement_reason(pod, lost_nodes) != restarts.POD_FAILURE:
+            continue
+        decided = policy_status.pod_decision(spec.failure_policy, pod, draft.status.round, now)
+        if decided is not None and decided.action is PolicyAction.FAIL_JOB:
+            record_decision(draft, decided, now)
+            return (ExitCode.FAILURE_POLICY.reason, decided.summary())
+    return None
 
 
 def _describe_loss(pod: PodView, lost_nodes: frozenset[str]) -> str:

@@ -73,6 +73,27 @@ def test_the_first_count_takes_the_seed_over_whole() -> None:
     )
 
 
+def test_a_fail_job_claims_the_round_and_counts_nothing() -> None:
+    """A failure policy's ``FailJob``: the round's event key is taken (no peer counts it), no
+    counter moves, and a seed is still taken over whole."""
+    etcd = ModelEtcd()
+    assert count(etcd, 1, RestartReason.FAILURE)
+    claim, after = restart_transactions.record(
+        KEYS, stored(etcd), 2, RestartReason.FAILURE, node="a", at=1.0, spend=False
+    )
+    assert etcd.apply(claim, 0)
+    assert stored(etcd).counts == after == RestartCounts({"failure": 1})
+    assert not count(etcd, 2, RestartReason.FAILURE, "b")  # the round is decided
+    seeded = ModelEtcd()
+    seed = Put(KEYS.restart_seed.encode(), encode_seed({"failure": 2}).encode())
+    seeded.apply(Cas((), (seed,)), 0)
+    claim, _ = restart_transactions.record(
+        KEYS, stored(seeded), 5, RestartReason.TIMER, node="a", at=1.0, spend=False
+    )
+    assert seeded.apply(claim, 0)
+    assert stored(seeded).counts == RestartCounts({"failure": 2})
+
+
 def test_a_corrupt_counter_is_named() -> None:
     etcd = ModelEtcd()
     etcd.apply(Cas((), (Put(KEYS.restart_counter(RestartReason.FAILURE).encode(), b"x"),)), 0)

@@ -53,6 +53,7 @@ import urllib.request
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -125,7 +126,9 @@ class Api:
 class Operator:
     """One operator replica, a host process (leader election on, as deployed)."""
 
-    def __init__(self, cluster: LocalCluster, namespaces: list[str], log: Path) -> None:
+    def __init__(
+        self, cluster: LocalCluster, namespaces: list[str], log: Path, source: Path | None
+    ) -> None:
         self.metrics_port = free_port()
         env = {
             **cluster.env,
@@ -133,9 +136,13 @@ class Operator:
             "ELASTICJOB_HEALTH_PORT": str(free_port()),
             "ELASTICJOB_LEASE_NAMESPACE": LEASE[0],
         }
+        if source is not None:  # another revision's operator (and the agent it imports)
+            env["PYTHONPATH"] = f"{source / 'operator'}:{source / 'agent'}"
         self.proc = subprocess.Popen(
             [
-                str(REPO / ".venv" / "bin" / "elasticjob-operator"),
+                str(REPO / ".venv" / "bin" / "python"),
+                "-m",
+                "elasticjob_operator",
                 *(f"--namespace={ns}" for ns in namespaces),
             ],
             env=env,
@@ -305,12 +312,15 @@ class Bench:
         pods = self.args.jobs * (self.args.nodes_per_job + 1)
         nodes = max(2, math.ceil(pods * 1.5 / 900))
         self.standins = StandIns(self.cluster, nodes, self.args.subnet, self.work)
-        self.operators.append(Operator(self.cluster, self.namespaces, self.work / "operator-a.log"))
+        source = self.args.operator_source
+        self.operators.append(
+            Operator(self.cluster, self.namespaces, self.work / "operator-a.log", source)
+        )
         wait("operator serving metrics", self.operators[0].serving, 120)
         if self.args.failover:
             # The standby: waits for the Lease, serving nothing else.
             self.operators.append(
-                Operator(self.cluster, self.namespaces, self.work / "operator-b.log")
+                Operator(self.cluster, self.namespaces, self.work / "operator-b.log", source)
             )
 
     @property
@@ -665,6 +675,14 @@ def table(windows: list[Window], extra: list[tuple[str, str]]) -> str:
     return "\n".join(lines)
 
 
+def versions() -> str:
+    found = [f"python {sys.version.split()[0]}"]
+    for package in ("kopf", "aiohttp", "kubernetes_asyncio"):
+        with contextlib.suppress(Exception):
+            found.append(f"{package} {metadata.version(package)}")
+    return ", ".join(found)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--jobs", type=int, default=1000)
@@ -675,6 +693,11 @@ def main() -> int:
     parser.add_argument("--hostile-fraction", type=float, default=0.05)
     parser.add_argument("--no-failover", dest="failover", action="store_false")
     parser.add_argument("--subnet", default="10.254.0.0/16", help="stand-in pod addresses")
+    parser.add_argument(
+        "--operator-ref",
+        default=None,
+        help="measure the operator of this git revision instead of the work tree's",
+    )
     args = parser.parse_args()
     if args.nodes_per_job < 1:
         parser.error("--nodes-per-job must be at least 1")
@@ -685,12 +708,32 @@ def main() -> int:
     if args.subnet in routes:
         parser.error(f"{args.subnet} is already routed locally (another run?): pick --subnet")
     work = Path(tempfile.mkdtemp(prefix="operator-scale-bench-"))
+    args.operator_source = None
+    if args.operator_ref is not None:
+        args.operator_source = work / "operator-source"
+        args.operator_source.mkdir()
+        archive = subprocess.run(
+            ["git", "-C", str(REPO), "archive", args.operator_ref, "operator", "agent"],
+            capture_output=True,
+            check=True,
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", str(args.operator_source)], input=archive, check=True)
     config = ClusterConfig(name=f"scale-{os.getpid()}", nodes=1, gpus_per_node=0)
     cluster = start_cluster(config, owned=True)
     subprocess.run(["ip", "route", "add", "local", args.subnet, "dev", "lo"], check=True)
     bench = Bench(args, cluster, work)
     windows: list[Window] = []
-    extra: list[tuple[str, str]] = [("work directory (logs)", str(work))]
+    revision = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short", args.operator_ref or "HEAD"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    extra: list[tuple[str, str]] = [
+        ("work directory (logs)", str(work)),
+        ("operator revision", revision + ("" if args.operator_ref else " (work tree)")),
+        ("versions", versions()),
+    ]
     result: dict[str, Any] = {}
     try:
         bench.setup()

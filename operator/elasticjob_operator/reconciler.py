@@ -12,7 +12,7 @@ import logging
 import ssl
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -111,6 +111,10 @@ class JobLoop:
         services: frozenset[str],
     ) -> StepResult:
         """One reconcile step; raises ``SpecError`` (unusable spec) or ``KubeError`` (API)."""
+        pods = list(pods)
+        confirmed = await self._confirm_steady(body, pods, lost_nodes, services)
+        if confirmed is not None:
+            return confirmed
         started = time.monotonic()
         result = "error"
         try:
@@ -123,6 +127,62 @@ class JobLoop:
         finally:
             metrics.RECONCILES.labels(result).inc()
             metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
+
+    async def _confirm_steady(
+        self,
+        body: Mapping[str, Any],
+        pods: list[OwnedPod],
+        lost_nodes: frozenset[str],
+        services: frozenset[str],
+    ) -> StepResult | None:
+        """A steady job between two polls of its agents: probe its etcd only. When etcd
+        answers and none of the job's objects changed, nothing the plan reads has moved (the
+        reports are the same ones), so no plan is made and nothing is written. ``None``: make a
+        full step (something changed, the agents are due, or etcd did not answer)."""
+        if self._written is None:
+            return None
+        views = [p.view for p in pods if p.owner_uid == self._job.uid]
+        now = self._clock()
+        cadence_settings = self._settings.cadence
+        if self._inputs_of(body, views, lost_nodes, services) != self._inputs or not (
+            cadence.steady(self._calm, now, cadence_settings)
+        ):
+            return None
+        due = self._due(True, now)
+        if due.reports or not self._probed.endpoints:
+            return None
+        if due.etcd:
+            reachable = await probes.probe_etcd(
+                self._session,
+                self._probed.endpoints,
+                self._settings.probe_timeout,
+                self._tls,
+                gate=self._gate,
+            )
+            metrics.STEADY_CHECKS.labels("ok" if reachable else "restless").inc()
+            if reachable is not True:
+                self._calm = cadence.Calm()  # the full step looks at everything, now
+                return None
+            self._probed = replace(self._probed, etcd=True, etcd_at=now)
+        return StepResult(self._written, self._due(True, self._clock()).wait)
+
+    def _inputs_of(
+        self,
+        body: Mapping[str, Any],
+        views: Iterable[PodView],
+        lost_nodes: frozenset[str],
+        services: frozenset[str],
+    ) -> object:
+        """What a change of the job's objects that breaks the calm looks like."""
+        views = list(views)
+        generation = int((body.get("metadata") or {}).get("generation") or 0)
+        return (
+            generation,
+            _digest(v for v in views if v.role == names.ROLE_WORKER),
+            _digest(v for v in views if v.role == names.ROLE_ETCD),
+            lost_nodes,
+            services,
+        )
 
     async def _step(
         self,
@@ -151,7 +211,7 @@ class JobLoop:
             except PermanentKubeError as exc:
                 rejection = planning.Rejection(exc.what, exc.status, exc.server_message or str(exc))
         self._tls = tls
-        inputs = (generation, _digest(workers), _digest(etcd_pods), lost_nodes, services)
+        inputs = self._inputs_of(body, views, lost_nodes, services)
         changed, self._inputs = inputs != self._inputs, inputs
         probe_at = self._clock()
         steady = not changed and cadence.steady(self._calm, probe_at, self._settings.cadence)

@@ -180,6 +180,7 @@ class Pod:
     ip: str
     index: int
     servers: list[asyncio.AbstractServer] = field(default_factory=list)
+    started: float = field(default_factory=time.time)
     cut: bool = False
     """The pod's link is down (its etcd answers nothing)."""
     writers: set[asyncio.StreamWriter] = field(default_factory=set)
@@ -521,6 +522,9 @@ class StandIns:
             world_size=4,
             waiting_since=state.cut_at if cut else None,
             last_progress=now,
+            # Training advances two steps a second (the operator samples it into the status).
+            last_step=None if cut else int((now - pod.started) * 2),
+            last_step_at=None if cut else now,
             updated_at=now,
             health_port=DEFAULT_HEALTH_PORT,
         )

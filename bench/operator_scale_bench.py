@@ -163,8 +163,7 @@ class Operator:
         return True
 
     def cpu_seconds(self) -> float:
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return cpu_seconds(self.proc.pid)
 
     def rss_mib(self) -> float:
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
@@ -249,6 +248,12 @@ def job_manifest(namespace: str, name: str, replicas: int) -> dict[str, Any]:
     }
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def machine_busy() -> tuple[float, float]:
     """(busy, total) jiffies of all CPUs since boot."""
     values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
@@ -281,6 +286,7 @@ class Window:
     event_missed: int = 0
     machine_busy: float = math.nan
     load1: float = math.nan
+    standins_cpu_cores: float = math.nan
 
 
 class Bench:
@@ -444,6 +450,7 @@ class Bench:
         apiserver0, operator0 = self.api.metrics(), self.leader.metrics()
         standin0, mine0 = Counter(self.standins.stats()["api_requests"]), Counter(self.api.counts)
         cpu0, busy0, began = self.leader.cpu_seconds(), machine_busy(), time.monotonic()
+        standins_cpu0 = cpu_seconds(self.standins.proc.pid)
         futures = []
         rss = 0.0
         for i, when in enumerate(sm.spread(len(sample), 2.0, max(2.0, seconds - 30))):
@@ -457,12 +464,14 @@ class Bench:
             rss = max(rss, self.leader.rss_mib())
             time.sleep(2.0)
         cpu1, busy1 = self.leader.cpu_seconds(), machine_busy()
+        standins_cpu1 = cpu_seconds(self.standins.proc.pid)
         apiserver1, operator1 = self.api.metrics(), self.leader.metrics()
         standin1, mine1 = Counter(self.standins.stats()["api_requests"]), Counter(self.api.counts)
         out.seconds = time.monotonic() - began
         out.load1 = load1()
         out.machine_busy = (busy1[0] - busy0[0]) / max(1, busy1[1] - busy0[1])
         out.cpu_cores = (cpu1 - cpu0) / out.seconds
+        out.standins_cpu_cores = (standins_cpu1 - standins_cpu0) / out.seconds
         out.rss_mib = max(rss, self.leader.rss_mib())
         name = "elasticjob_reconcile_duration_seconds"
         buckets = sm.bucket_delta(sm.histogram(operator1, name), sm.histogram(operator0, name))
@@ -635,6 +644,7 @@ def table(windows: list[Window], extra: list[tuple[str, str]]) -> str:
 
     row("jobs / worker pods", lambda w: f"{w.jobs} / {w.pods}")
     row("machine: load1, busy CPU share", lambda w: f"{w.load1:.1f}, {w.machine_busy:.0%}")
+    row("stand-ins CPU (cores)", lambda w: _fmt(w.standins_cpu_cores, "", 2))
     row("operator CPU (cores)", lambda w: _fmt(w.cpu_cores, "", 3))
     row("operator CPU per job (millicores)", lambda w: _fmt(1000 * w.cpu_cores / w.jobs, "", 2))
     row("operator RSS (MiB, peak)", lambda w: _fmt(w.rss_mib, "", 0))

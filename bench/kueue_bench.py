@@ -49,6 +49,7 @@ from elasticjob_localcluster import (  # noqa: E402
     stop_cluster,
 )
 from elasticjob_localcluster.kueue import MANAGED_NAMESPACE_LABEL, start_kueue  # noqa: E402
+from elasticjob_localcluster.placement import on_virtual_nodes  # noqa: E402
 
 
 def wait(what: str, predicate: Callable[[], Any], timeout: float = 180, every: float = 0.2) -> Any:
@@ -98,17 +99,19 @@ def job(name: str, *, replicas: int, min_nodes: int, queued: bool) -> dict[str, 
         "nprocPerNode": 1,
         "rendezvous": {"lastCallTimeoutSeconds": 1, "heartbeatSeconds": 3},
         "template": {
-            "spec": {
-                "containers": [
-                    {
-                        "name": "trainer",
-                        "image": "x",
-                        "command": ["python", "examples/train.py"],
-                        "args": ["--steps", "100000", "--step-sleep", "0.5"],
-                        "resources": {"limits": {GPU: 2}},
-                    }
-                ]
-            }
+            "spec": on_virtual_nodes(
+                {
+                    "containers": [
+                        {
+                            "name": "trainer",
+                            "image": "x",
+                            "command": ["python", "examples/train.py"],
+                            "args": ["--steps", "100000", "--step-sleep", "0.5"],
+                            "resources": {"limits": {GPU: 2}},
+                        }
+                    ]
+                }
+            )
         },
     }
     meta: dict[str, Any] = {"name": name}
@@ -128,18 +131,20 @@ def sleeper(name: str, gpus: int, *, queued: bool, priority: str = "bench-core")
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "labels": labels},
-        "spec": {
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 1,
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "x",
-                    "command": ["python", "-c", "import time; time.sleep(3600)"],
-                    "resources": {"limits": {GPU: str(gpus)}},
-                }
-            ],
-        },
+        "spec": on_virtual_nodes(
+            {
+                "restartPolicy": "Never",
+                "terminationGracePeriodSeconds": 1,
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "x",
+                        "command": ["python", "-c", "import time; time.sleep(3600)"],
+                        "resources": {"limits": {GPU: str(gpus)}},
+                    }
+                ],
+            }
+        ),
     }
 
 

@@ -51,6 +51,7 @@ from elasticjob_localcluster import (  # noqa: E402
     connect,
     start_cluster,
 )
+from elasticjob_localcluster.placement import on_virtual_nodes  # noqa: E402
 
 NS = "bench"
 AGENT_TLS = "cacert" in (REPO / "agent/elasticjob_agent/rendezvous/config.py").read_text()
@@ -126,16 +127,18 @@ def job(name: str, **spec: Any) -> dict[str, Any]:
         "nprocPerNode": 1,
         "rendezvous": {"lastCallTimeoutSeconds": 1},
         "template": {
-            "spec": {
-                "containers": [
-                    {
-                        "name": "trainer",
-                        "image": "x",
-                        "command": ["python", "examples/train.py"],
-                        "args": ["--steps", "100000", "--step-sleep", "0.5"],
-                    }
-                ]
-            }
+            "spec": on_virtual_nodes(
+                {
+                    "containers": [
+                        {
+                            "name": "trainer",
+                            "image": "x",
+                            "command": ["python", "examples/train.py"],
+                            "args": ["--steps", "100000", "--step-sleep", "0.5"],
+                        }
+                    ]
+                }
+            )
         },
     }
     body.update(spec)
@@ -188,29 +191,31 @@ def _torchrun_pod(name: str, index: int, master: str) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": f"{name}-{index}", "namespace": NS, "labels": {"bench": name}},
-        "spec": {
-            "restartPolicy": "Never",
-            "hostname": f"{name}-{index}",
-            "subdomain": name,
-            "containers": [
-                {
-                    "name": "trainer",
-                    "image": "x",
-                    "command": [
-                        "torchrun",
-                        "--nnodes=2",
-                        "--nproc-per-node=1",
-                        "--rdzv-backend=c10d",
-                        f"--rdzv-endpoint={master}:29500",
-                        f"--rdzv-id={name}",
-                        "examples/train.py",
-                        "--steps=100000",
-                        "--step-sleep=0.5",
-                        f"--checkpoint-dir=/tmp/bench-{name}",
-                    ],
-                }
-            ],
-        },
+        "spec": on_virtual_nodes(
+            {
+                "restartPolicy": "Never",
+                "hostname": f"{name}-{index}",
+                "subdomain": name,
+                "containers": [
+                    {
+                        "name": "trainer",
+                        "image": "x",
+                        "command": [
+                            "torchrun",
+                            "--nnodes=2",
+                            "--nproc-per-node=1",
+                            "--rdzv-backend=c10d",
+                            f"--rdzv-endpoint={master}:29500",
+                            f"--rdzv-id={name}",
+                            "examples/train.py",
+                            "--steps=100000",
+                            "--step-sleep=0.5",
+                            f"--checkpoint-dir=/tmp/bench-{name}",
+                        ],
+                    }
+                ],
+            }
+        ),
     }
 
 
@@ -463,21 +468,23 @@ def hostile_pods(cluster: LocalCluster, count: int) -> list[str]:
                         }
                     ],
                 },
-                "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [
-                        {
-                            "name": "hostile",
-                            "image": "x",
-                            "command": [
-                                "python3",
-                                "-c",
-                                HOSTILE_SERVER,
-                                HOSTILE_KINDS[i % len(HOSTILE_KINDS)],
-                            ],
-                        }
-                    ],
-                },
+                "spec": on_virtual_nodes(
+                    {
+                        "restartPolicy": "Never",
+                        "containers": [
+                            {
+                                "name": "hostile",
+                                "image": "x",
+                                "command": [
+                                    "python3",
+                                    "-c",
+                                    HOSTILE_SERVER,
+                                    HOSTILE_KINDS[i % len(HOSTILE_KINDS)],
+                                ],
+                            }
+                        ],
+                    }
+                ),
             }
         )
     kubectl(
@@ -597,21 +604,23 @@ def main() -> int:
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {"name": "shared-etcd", "namespace": NS},
-            "spec": {
-                "restartPolicy": "Never",
-                "containers": [
-                    {
-                        "name": "etcd",
-                        "image": "quay.io/coreos/etcd:v3.5.17",
-                        "command": [
-                            "etcd",
-                            f"--data-dir=/tmp/bench-etcd-{os.getpid()}",
-                            "--listen-client-urls=http://0.0.0.0:2379",
-                            "--advertise-client-urls=http://0.0.0.0:2379",
-                        ],
-                    }
-                ],
-            },
+            "spec": on_virtual_nodes(
+                {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {
+                            "name": "etcd",
+                            "image": "quay.io/coreos/etcd:v3.5.17",
+                            "command": [
+                                "etcd",
+                                f"--data-dir=/tmp/bench-etcd-{os.getpid()}",
+                                "--listen-client-urls=http://0.0.0.0:2379",
+                                "--advertise-client-urls=http://0.0.0.0:2379",
+                            ],
+                        }
+                    ],
+                }
+            ),
         }
         if "many" not in sections:
             raise _Done

@@ -4,11 +4,13 @@ Everything after the local cluster is up (``make cluster-up``), on its real node
 containerd, runc: the operator from its image, the job on the training image, the managed etcd
 on the etcd image):
 
-1. ``helm upgrade --install`` the operator chart (placed on the real nodes) and wait for it;
-2. ``kubectl apply`` the job (``examples/elasticjob.yaml`` by default, placed on the real nodes);
+1. ``helm upgrade --install`` the operator chart with default values and wait for it (the real
+   nodes are the cluster's ordinary nodes: everything lands there);
+2. ``kubectl apply`` the job (``examples/elasticjob.yaml`` by default, as it is but for a longer
+   ``--steps``);
 3. print one line per change of the job's phase, nodes, round, world size, restarts or stall;
-4. once it trains, SIGKILL one training process of one worker pod (a failure: spends one
-   restart; the pod and its agent stay, the agent restarts the group);
+4. once it trains, SIGKILL one training process of one worker pod through ``kubectl exec`` (a
+   failure: spends one restart; the pod and its agent stay, the agent restarts the group);
 5. once it trains again, cut the managed etcd pod off the network (an outage: the operator marks
    the job ``Stalled``/``EtcdUnavailable``, remediates, and the group re-forms for free);
 6. wait for ``Succeeded`` and print a summary: timeline, restarts by reason, Events.
@@ -24,14 +26,13 @@ import json
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import yaml
-from elasticjob_agent.protocol.health import DEFAULT_HEALTH_PORT, HealthReport
+from elasticjob_agent.protocol.health import DEFAULT_HEALTH_PORT
 
 if TYPE_CHECKING:
     from elasticjob_localcluster import LocalCluster
@@ -43,14 +44,28 @@ OPERATOR_NAMESPACE = "elasticjob-system"
 
 JOB_LABEL = "elasticjob.dev/job-name"
 ROLE_LABEL = "elasticjob.dev/role"
-REAL_NODE_LABEL = "elasticjob.dev/real-node"
-"""The local cluster labels its real nodes so, and taints them so when it has virtual nodes too
-(``elasticjob_localcluster.realnodes.layout``)."""
-REAL_NODE_PLACEMENT: dict[str, Any] = {
-    "nodeSelector": {REAL_NODE_LABEL: "true"},
-    "tolerations": [{"key": REAL_NODE_LABEL, "operator": "Exists", "effect": "NoSchedule"}],
-}
-"""A pod spec's placement on the local cluster's real nodes (the chart's values take the same)."""
+
+KILL_ONE_WORKER = """
+import json, os, signal, sys, time, urllib.request
+deadline = time.monotonic() + {timeout}
+while True:
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:{port}/status", timeout=5) as response:
+            workers = json.load(response).get("workers") or []
+        pids = [w["pid"] for w in workers if w.get("pid") and w.get("exitCode") is None]
+    except (OSError, ValueError):  # the agent is not serving yet
+        pids = []
+    if pids:
+        os.kill(pids[0], signal.SIGKILL)
+        print(pids[0])
+        sys.exit(0)
+    if time.monotonic() > deadline:
+        sys.exit("its agent reported no running worker within {timeout} s")
+    time.sleep(1)
+"""
+"""Run inside a worker pod (``kubectl exec``): ask the pod's own agent which workers run (its
+``/status`` on the pod's loopback, which the job's NetworkPolicy does not govern) and SIGKILL
+one. Prints the pid (as the pod sees it)."""
 
 
 def with_steps(args: Sequence[str], steps: int) -> list[str]:
@@ -456,29 +471,17 @@ class ClusterAdapter:
         return self.cluster.helm(*args, timeout=600).stdout
 
     def kill_training_process(self, namespace: str, pod: str) -> int:
-        # The agent's status lists its workers' pids (as its pod sees them); the kill runs in
-        # the pod, as `kubectl exec <pod> -- ...` does.
-        url = f"http://{self.cluster.pod_ip(namespace, pod)}:{DEFAULT_HEALTH_PORT}/status"
-
-        def running_pids() -> list[int]:
-            try:
-                with urllib.request.urlopen(url, timeout=5) as response:
-                    workers = HealthReport.loads(response.read()).workers
-            except (OSError, ValueError):  # not serving yet; HealthReportError is a ValueError
-                return []
-            return [w.pid for w in workers if w.pid and w.exit_code is None]
-
-        try:
-            pids: list[int] = self.cluster.wait_for(
-                f"a running worker in {namespace}/{pod}", running_pids, timeout=60, interval=1
+        # Through the cluster's own means (`kubectl exec`), never from the host to the pod's
+        # health port: the job's NetworkPolicy admits only the operator there. Python, not
+        # kill(1): the training image need not hold procps.
+        code = KILL_ONE_WORKER.format(port=DEFAULT_HEALTH_PORT, timeout=60)
+        done = self.cluster.exec_in_pod(namespace, pod, ["python", "-c", code], timeout=90)
+        if done.returncode != 0:
+            raise DemoError(
+                f"{namespace}/{pod}: no worker killed (exit {done.returncode}): "
+                f"{(done.stderr or done.stdout).strip()}"
             )
-        except TimeoutError as exc:
-            message = f"{namespace}/{pod}: its agent reports no running worker ({url})"
-            raise DemoError(message) from exc
-        # Python, not kill(1): the training image need not hold procps.
-        kill = f"import os, signal; os.kill({pids[0]}, signal.SIGKILL)"
-        self.cluster.exec_in_pod(namespace, pod, ["python", "-c", kill], check=True)
-        return pids[0]
+        return int(done.stdout.strip().splitlines()[-1])
 
     def cut_pod(self, namespace: str, pod: str) -> None:
         self.cluster.cut_pod(namespace, pod)
@@ -532,7 +535,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         namespace=args.namespace,
         timeout=args.timeout,
         steps=args.steps or None,
-        placement=REAL_NODE_PLACEMENT,
     )
     try:
         final = scenario.run(inject=not args.no_faults)

@@ -27,6 +27,7 @@ from .controlplane import free_port
 from .hostsfile import PodEntry, ServiceEntry, render_hosts
 from .kubeapi import MERGE, STRATEGIC, ApiError, KubeApi
 from .network import Subnet
+from .placement import VIRTUAL_NODE_LABEL, VIRTUAL_NODE_TAINT
 from .podworker import PodWorker, now_rfc3339
 
 log = logging.getLogger(__name__)
@@ -199,9 +200,11 @@ class NodeEmulator:
                     "kubernetes.io/os": "linux",
                     "kubernetes.io/arch": "amd64",
                     "node.kubernetes.io/instance-type": "elasticjob-virtual",
-                    "elasticjob.dev/virtual-node": "true",
+                    VIRTUAL_NODE_LABEL: "true",
                 },
             },
+            # Only pods written for the emulator (which ignores images) tolerate this.
+            "spec": {"taints": [dict(VIRTUAL_NODE_TAINT)]},
         }
         try:
             await self.api.request("POST", "/api/v1/nodes", body)

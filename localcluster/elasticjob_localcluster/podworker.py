@@ -40,6 +40,13 @@ log = logging.getLogger(__name__)
 
 SHIM = Path(__file__).with_name("shim.py")
 #: Restart back-off: 1 s doubling up to 10 s (the kubelet's is 10 s up to 5 min; tests need speed).
+#: What the kubelet keeps of a container's termination message, and its default path.
+TERMINATION_MESSAGE_BYTES = 4096
+DEFAULT_TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+#: ``FallbackToLogsOnError``: the end of the log, as the kubelet takes it (2 KiB, 80 lines).
+FALLBACK_LOG_BYTES = 2048
+FALLBACK_LOG_LINES = 80
+
 BACKOFF_START = 1.0
 BACKOFF_MAX = 10.0
 
@@ -283,6 +290,12 @@ class PodWorker:
         pid_file.unlink(missing_ok=True)
         hostname = str(self.pod["spec"].get("hostname") or self.name)[:63]
         cwd = str(c.spec.get("workingDir") or self.em.default_workdir)
+        # As the kubelet does: a fresh file per run, bound at terminationMessagePath; what the
+        # command wrote there becomes the terminated state's message.
+        termination_log = self.dir / "run" / f"{c.name}.termination-log"
+        termination_log.write_bytes(b"")
+        message_path = str(c.spec.get("terminationMessagePath") or DEFAULT_TERMINATION_MESSAGE_PATH)
+        mounts = [*mounts, {"source": str(termination_log), "target": message_path}]
         spec_file.write_text(
             json.dumps(
                 {
@@ -313,7 +326,14 @@ class PodWorker:
         code = await c.proc.wait()
         probes.cancel()
         c.ready = False
-        c.last = Termination(exit_code=code, started_at=c.started_at, finished_at=now_rfc3339())
+        c.last = Termination(
+            exit_code=code,
+            started_at=c.started_at,
+            finished_at=now_rfc3339(),
+            message=termination_message(
+                termination_log, log_path, code, str(c.spec.get("terminationMessagePolicy") or "")
+            ),
+        )
         if code == 128 and c.restart_count == 0:
             c.message = log_path.read_text(errors="replace")[-300:]
         return code
@@ -558,3 +578,23 @@ class PodWorker:
         with contextlib.suppress(OSError):
             if json.loads(path.read_text()).get("uid") == self.uid:
                 path.unlink()
+
+
+def termination_message(termination_log: Path, log_path: Path, code: int, policy: str) -> str:
+    """The terminated state's message: what the container wrote to its termination message
+    file (at most 4 KiB), else with ``FallbackToLogsOnError`` and a failure, its log's end."""
+    try:
+        with termination_log.open("rb") as file:
+            message = file.read(TERMINATION_MESSAGE_BYTES).decode(errors="replace")
+    except OSError:
+        message = ""
+    if message or code == 0 or policy != "FallbackToLogsOnError":
+        return message
+    try:
+        with log_path.open("rb") as file:
+            size = file.seek(0, os.SEEK_END)
+            file.seek(max(0, size - FALLBACK_LOG_BYTES))
+            tail = file.read().decode(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(tail.splitlines()[-FALLBACK_LOG_LINES:])

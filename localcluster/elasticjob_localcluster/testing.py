@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from .handle import ClusterError, LocalCluster
-from .realnodes.layout import REAL_NODE_LABEL, REAL_NODE_TAINT_KEY
+from .placement import REAL_NODE_PLACEMENT, VIRTUAL_NODE_PLACEMENT, place
 
 #: The training example's image (Python, torch, the agent), as localcluster/images builds it.
 TRAINING_IMAGE = "ghcr.io/elasticjob/training-example:0.1.0"
@@ -22,8 +23,11 @@ def python_pod(
     gpus: int = 0,
     extra_spec: dict[str, Any] | None = None,
     extra_container: dict[str, Any] | None = None,
+    placement: dict[str, Any] = VIRTUAL_NODE_PLACEMENT,
 ) -> dict[str, Any]:
-    """A pod whose single container runs ``python -u -c code``."""
+    """A pod whose single container runs ``python -u -c code``, by default on a virtual node
+    (the emulator runs the command on the host and ignores the image; :func:`real_pod` for a
+    real node)."""
     container: dict[str, Any] = {
         "name": "main",
         "image": "unused",
@@ -38,6 +42,7 @@ def python_pod(
         "containers": [container],
     }
     spec.update(extra_spec or {})
+    place(spec, placement)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -55,16 +60,14 @@ def real_pod(
     **kwargs: Any,
 ) -> dict[str, Any]:
     """:func:`python_pod` for a real node: runs ``image`` (default: the training image, which
-    has ``python``), selects real nodes (``node``: that one) and tolerates their taint."""
-    pod = python_pod(name, code, **kwargs)
-    spec = pod["spec"]
-    container = spec["containers"][0]
+    has ``python``) on the real nodes (``node``: that one)."""
+    placement = copy.deepcopy(REAL_NODE_PLACEMENT)
+    if node:
+        placement["nodeSelector"]["kubernetes.io/hostname"] = node
+    pod = python_pod(name, code, placement=placement, **kwargs)
+    container = pod["spec"]["containers"][0]
     container["image"] = image
     container.setdefault("imagePullPolicy", "Never")
-    spec.setdefault("nodeSelector", {})[REAL_NODE_LABEL] = "true"
-    if node:
-        spec["nodeSelector"]["kubernetes.io/hostname"] = node
-    spec.setdefault("tolerations", []).append({"key": REAL_NODE_TAINT_KEY, "operator": "Exists"})
     return pod
 
 

@@ -21,6 +21,8 @@ MAX_TYPE = 128
 MAX_MESSAGE = 1024
 MAX_FRAME = 512
 MAX_TAIL = 1536
+MAX_TAIL_LINES = 20
+"""A failed worker's output tail keeps at most this many lines and ``MAX_TAIL`` characters."""
 MAX_NAME = 256
 MAX_INT = 2**53
 MAX_FAILURE_BYTES = 4096
@@ -34,6 +36,12 @@ _PEER_LOSS = re.compile(
     r"|Timed out waiting|DistNetworkError|DistBackendError",
     re.IGNORECASE,
 )
+
+
+def last_line(text: str) -> str:
+    """The last non-blank line of ``text``, stripped (a traceback's is its exception)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
 
 
 class FailureRecordError(ValueError):
@@ -60,8 +68,8 @@ class WorkerFailure:
     frame: str | None = None
     """Where the exception was raised: ``file:line in function``."""
     output_tail: str | None = None
-    """The end of the worker's stderr log, when there is no error file and the output was
-    redirected to files (``-r``/``-t``)."""
+    """The last lines of the worker's stderr (at most ``MAX_TAIL_LINES`` and ``MAX_TAIL``
+    characters), when it left no error file: often the only account of an early death."""
     round: int | None = None
     """The rendezvous round the worker ran in (job-wide with ``etcd-v3``): a later round's
     failure is news; within one round a cause outranks its consequences (``outranks``)."""
@@ -87,6 +95,10 @@ class WorkerFailure:
                 text += f" (at {self.frame})"
         elif self.message:  # the agent's own finding, e.g. an expired timer
             text += f": {self.message}"
+        elif self.output_tail and self.signal is None:
+            # What it said last explains an exit; a signal explains itself (a killed worker's
+            # last line is whatever it was doing).
+            text += f": {last_line(self.output_tail)}"
         return text
 
     def is_consequence(self) -> bool:

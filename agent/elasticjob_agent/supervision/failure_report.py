@@ -28,9 +28,12 @@ def read_failure(
     rank: int | None,
     node: str | None,
     pod: str | None,
+    captured_tail: bytes | None = None,
 ) -> WorkerFailure:
     """The failure record of one worker: its error file, else its status and stderr tail
-    (``stderr.log`` next to the error file, present with ``-r``/``-t``)."""
+    (``stderr.log`` next to the error file, present with ``-r``/``-t``; else
+    ``captured_tail``, what the agent kept of the worker's stderr pipe)."""
+    logged = _read_tail(error_file.parent / "stderr.log", 4 * MAX_TAIL)
     return describe(
         local_rank=local_rank,
         status=status,
@@ -39,7 +42,7 @@ def read_failure(
         node=node,
         pod=pod,
         error_file=_read_head(error_file, MAX_ERROR_FILE_BYTES + 1),
-        stderr_tail=_read_tail(error_file.parent / "stderr.log", 4 * MAX_TAIL),
+        stderr_tail=logged if logged else captured_tail,
         error_file_time=_mtime(error_file),
     )
 

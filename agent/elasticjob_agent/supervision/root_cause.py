@@ -19,6 +19,7 @@ from elasticjob_agent.protocol.failure import (
     MAX_MESSAGE,
     MAX_NAME,
     MAX_TAIL,
+    MAX_TAIL_LINES,
     MAX_TERMINATION_MESSAGE,
     MAX_TYPE,
     WorkerFailure,
@@ -99,11 +100,13 @@ def signal_name(status: int) -> str | None:
         return f"signal {number}"
 
 
-def output_tail(raw: bytes, limit: int = MAX_TAIL) -> str | None:
-    """The last lines of a worker's output, at most ``limit`` characters, whole lines first."""
+def output_tail(raw: bytes, limit: int = MAX_TAIL, lines: int = MAX_TAIL_LINES) -> str | None:
+    """The last ``lines`` lines of a worker's output, at most ``limit`` characters, whole
+    lines first."""
     text = raw[-4 * limit :].decode("utf-8", errors="replace").strip()
     if not text:
         return None
+    text = "\n".join(text.splitlines()[-lines:])
     if len(text) > limit:
         text = text[-limit:]
         newline = text.find("\n")

@@ -91,6 +91,7 @@ class Workers(Protocol):
     def stop(self, grace: float) -> dict[int, int | None]: ...
     def maintain(self) -> None: ...
     def error_file(self, attempt: int, local_rank: int) -> Path: ...
+    def stderr_tail(self, local_rank: int) -> bytes | None: ...
 
 
 class Timers(Protocol):
@@ -433,6 +434,7 @@ class Supervisor:
                 rank=None if self._base_rank is None else self._base_rank + lr,
                 node=self._status.node,
                 pod=pod,
+                captured_tail=self._workers.stderr_tail(lr),
             )
             for lr, code in sorted(failures.items())
         ]

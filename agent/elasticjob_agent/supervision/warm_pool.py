@@ -15,8 +15,10 @@ import os
 import resource
 import signal
 import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 
+from elasticjob_agent.supervision.output_capture import CapturedStream, capture, console_bytes
 from elasticjob_agent.supervision.parent_death import die_with_parent
 
 logger = logging.getLogger(__name__)
@@ -49,6 +51,9 @@ class WarmPool:
         self._env = dict(env)
         self._size = size
         self._spares: list[subprocess.Popen[bytes]] = []
+        # Each spare's stderr goes to the agent's console through a pipe whose end is kept:
+        # the root cause of a warm worker's failure (output_capture).
+        self._outputs: dict[int, CapturedStream] = {}
         self._nice = os.getpriority(os.PRIO_PROCESS, 0)
         soft, _ = resource.getrlimit(resource.RLIMIT_NICE)
         limit = 40 if soft == resource.RLIM_INFINITY else int(soft)
@@ -57,16 +62,24 @@ class WarmPool:
     def fill(self) -> None:
         """Start spares until there are ``size`` live ones (call from the supervisor's thread)."""
         self._spares = [p for p in self._spares if p.poll() is None]
+        live = {p.pid for p in self._spares}
+        self._outputs = {pid: out for pid, out in self._outputs.items() if pid in live}
         while len(self._spares) < self._size:
-            self._spares.append(
-                subprocess.Popen(
-                    self._command,
-                    env=self._env,
-                    stdin=subprocess.PIPE,
-                    start_new_session=True,
-                    preexec_fn=lambda: _spare_preexec(self._niced),  # noqa: PLW1509 - prctl, nice
-                )
+            proc = subprocess.Popen(
+                self._command,
+                env=self._env,
+                stdin=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                preexec_fn=lambda: _spare_preexec(self._niced),  # noqa: PLW1509 - prctl, nice
             )
+            self._spares.append(proc)
+            if proc.stderr is not None:  # always: PIPE was requested
+                self._outputs[proc.pid] = capture(proc.stderr, console=console_bytes(sys.stderr))
+
+    def output_of(self, proc: subprocess.Popen[bytes]) -> CapturedStream | None:
+        """The kept stderr of a worker :meth:`take` returned (and its pump), handed over once."""
+        return self._outputs.pop(proc.pid, None)
 
     def take(
         self, argv: Sequence[str], envs: Sequence[Mapping[str, str]], module: bool
@@ -100,3 +113,4 @@ class WarmPool:
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         self._spares.clear()
+        self._outputs.clear()

@@ -20,6 +20,7 @@ from pathlib import Path
 from string import Template
 from typing import IO
 
+from elasticjob_agent.supervision.output_capture import CapturedStream, capture, console_bytes
 from elasticjob_agent.supervision.parent_death import die_with_parent
 from elasticjob_agent.supervision.warm_pool import WarmPool
 from elasticjob_agent.supervision.worker_launch import GroupOutcome, group_outcome, streams_for
@@ -48,16 +49,6 @@ class LogSettings:
     ranks_filter: frozenset[int] | None = None
 
 
-def _pump(src: IO[bytes], file: IO[bytes], console: IO[str] | None, prefix: str) -> None:
-    for line in iter(src.readline, b""):
-        file.write(line)
-        file.flush()
-        if console is not None:
-            console.write(prefix + line.decode(errors="replace"))
-            console.flush()
-    src.close()
-
-
 class LocalWorkers:
     """One group of local workers. Not thread-safe: the supervisor's thread owns it."""
 
@@ -66,7 +57,7 @@ class LocalWorkers:
     ) -> None:
         self._command = list(command)
         self._logs = logs
-        # Warm workers inherit the agent's streams, so only without redirects, tee or filters.
+        # Warm workers write to the agent's console, so only without redirects, tee or filters.
         plain = logs.redirects == "0" and logs.tee == "0" and logs.ranks_filter is None
         self._warm = warm if plain else None
         self._started_at: float | None = None
@@ -74,6 +65,7 @@ class LocalWorkers:
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
         self._files: list[IO[bytes]] = []
         self._pumps: list[threading.Thread] = []
+        self._stderr: dict[int, CapturedStream] = {}
         self.error_files: dict[int, Path] = {}
 
     def error_file(self, attempt: int, local_rank: int) -> Path:
@@ -94,6 +86,10 @@ class LocalWorkers:
             )
             if procs is not None:
                 self._procs = dict(zip(ranks, procs, strict=True))
+                for local_rank, proc in self._procs.items():
+                    captured = self._warm.pool.output_of(proc)
+                    if captured is not None:
+                        self._stderr[local_rank] = captured
                 self.warm_started = True
                 return
         self.warm_started = False
@@ -104,7 +100,6 @@ class LocalWorkers:
             streams = streams_for(self._logs.redirects, self._logs.tee, local_rank)
             show = self._logs.ranks_filter is None or local_rank in self._logs.ranks_filter
             stdout: int | IO[bytes] | None = None if show else subprocess.DEVNULL
-            stderr: int | IO[bytes] | None = None if show else subprocess.DEVNULL
             prefix = Template(self._logs.prefix_template or "[${role_name}${local_rank}]:")
             line_prefix = prefix.safe_substitute(
                 role_name=role,
@@ -112,43 +107,56 @@ class LocalWorkers:
                 local_rank=local_rank,
                 hostname=os.uname().nodename,
             )
-            tees: list[tuple[str, IO[bytes], IO[str]]] = []
+            # (file, console, prefix) of each stream read through a pipe. stderr always is, so
+            # its end is kept for the root cause (output_capture); stdout only when tee'd.
+            piped: dict[str, tuple[IO[bytes] | None, IO[bytes] | None, bytes]] = {}
             for name, to_file, tee, console in (
                 ("stdout", streams.stdout_to_file, streams.stdout_tee, sys.stdout),
                 ("stderr", streams.stderr_to_file, streams.stderr_tee, sys.stderr),
             ):
-                if not to_file:
-                    continue
-                file = open(rank_dir / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop()
-                self._files.append(file)
+                file: IO[bytes] | None = None
+                if to_file:
+                    file = open(rank_dir / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop()
+                    self._files.append(file)
                 if tee:
-                    tees.append((name, file, console))
-                    target: int | IO[bytes] = subprocess.PIPE
-                else:
-                    target = file
-                if name == "stdout":
-                    stdout = target
-                else:
-                    stderr = target
-            proc = subprocess.Popen(
-                self._command,
-                env=env,
-                stdout=stdout,
-                stderr=stderr,
-                start_new_session=True,
-                preexec_fn=die_with_parent,  # noqa: PLW1509 - only calls prctl(2)
-            )
-            for name, log_file, console in tees:
+                    piped[name] = (file, console_bytes(console), line_prefix.encode())
+                elif name == "stderr":
+                    # Untee'd: to the file if redirected, else as the console would show it.
+                    shown = console_bytes(console) if show and file is None else None
+                    piped[name] = (file, shown, b"")
+                elif file is not None:
+                    stdout = file
+            if "stdout" in piped:
+                stdout = subprocess.PIPE
+            try:
+                proc = subprocess.Popen(
+                    self._command,
+                    env=env,
+                    stdout=stdout,
+                    stderr=subprocess.PIPE,
+                    start_new_session=True,
+                    preexec_fn=die_with_parent,  # noqa: PLW1509 - only calls prctl(2)
+                )
+            except OSError as exc:
+                # As a shell would: the worker "ran" and failed with 127 and a message, so the
+                # failure is counted and explained like any other instead of crashing the agent.
+                proc = subprocess.Popen(
+                    _cannot_run(self._command[0], exc),
+                    stdout=stdout,
+                    stderr=subprocess.PIPE,
+                    start_new_session=True,
+                    preexec_fn=die_with_parent,  # noqa: PLW1509 - only calls prctl(2)
+                )
+            for name, (log_file, console, prefix_bytes) in piped.items():
                 src = proc.stdout if name == "stdout" else proc.stderr
                 if src is None:  # cannot happen: PIPE was requested for this stream
                     continue
-                pump = threading.Thread(
-                    target=_pump,
-                    args=(src, log_file, console if show else None, line_prefix),
-                    daemon=True,
+                captured = capture(
+                    src, file=log_file, console=console if show else None, prefix=prefix_bytes
                 )
-                pump.start()
-                self._pumps.append(pump)
+                self._pumps.append(captured.pump)
+                if name == "stderr":
+                    self._stderr[local_rank] = captured
             self._procs[local_rank] = proc
             self.error_files[local_rank] = rank_dir / "error.json"
 
@@ -159,6 +167,11 @@ class LocalWorkers:
         started = self._started_at
         if started is None or time.monotonic() - started >= _REFILL_AFTER:
             self._warm.pool.fill()
+
+    def stderr_tail(self, local_rank: int) -> bytes | None:
+        """What the agent kept of a worker's stderr (its last lines), once its pipe drained."""
+        captured = self._stderr.get(local_rank)
+        return captured.drained() if captured is not None else None
 
     def pids(self) -> dict[int, int]:
         return {rank: proc.pid for rank, proc in self._procs.items()}
@@ -201,7 +214,19 @@ class LocalWorkers:
         self._procs.clear()
         self._files.clear()
         self._pumps.clear()
+        self._stderr.clear()
         return codes
+
+
+CANNOT_RUN_EXIT = 127
+"""A worker whose command cannot be started exits so, as in a shell."""
+
+
+def _cannot_run(command: str, exc: OSError) -> list[str]:
+    """argv of a process that reports why ``command`` cannot run and exits 127."""
+    message = f"elasticjob-agent: cannot run {command!r}: [Errno {exc.errno}] {exc.strerror}"
+    code = f"import sys; sys.stderr.write({message!r} + '\\n'); sys.exit({CANNOT_RUN_EXIT})"
+    return [sys.executable, "-c", code]
 
 
 def _signal_session(proc: subprocess.Popen[bytes], sig: int) -> None:

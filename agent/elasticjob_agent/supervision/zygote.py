@@ -46,6 +46,20 @@ def _restore_priority(nice: int) -> None:
             return
 
 
+def _check_script(path: str) -> None:
+    """Fail as ``python script.py`` does when the script cannot be opened (the same message
+    and exit status 2), not with runpy's traceback."""
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        sys.stderr.write(
+            f"{sys.orig_argv[0]}: can't open file {os.path.abspath(path)!r}: "
+            f"[Errno {exc.errno}] {exc.strerror}\n"
+        )
+        sys.exit(2)
+
+
 def main() -> None:
     _preload()
     line = sys.stdin.readline()
@@ -64,6 +78,7 @@ def main() -> None:
     if spec.get("module"):
         runpy.run_module(argv[0], run_name="__main__", alter_sys=True)
     else:
+        _check_script(argv[0])
         sys.path[0] = os.path.dirname(os.path.realpath(argv[0]))
         runpy.run_path(argv[0], run_name="__main__")
 

@@ -42,7 +42,6 @@ class Fleet:
                 lay,
                 cp,
                 gpus=config.gpus_per_node,
-                tainted=config.nodes > 0,
                 max_pods=config.pods_per_node,
                 created_mount_points=created_mount_points_file(),
                 network_policies=config.network_policies,
@@ -103,9 +102,7 @@ class Fleet:
     def deploy_dns(self, timeout: float = 180) -> None:
         """Apply CoreDNS and wait until its pod is Ready behind the kube-dns Service."""
         began = time.monotonic()
-        text = "\n".join(
-            json.dumps(m) for m in coredns_manifests(self.config.nodes > 0, min(2, len(self.nodes)))
-        )
+        text = "\n".join(json.dumps(m) for m in coredns_manifests(min(2, len(self.nodes))))
         self.kubectl("apply", "-f", "-", input=text)
         deadline = time.monotonic() + timeout
         while True:

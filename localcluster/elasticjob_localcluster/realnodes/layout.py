@@ -23,11 +23,6 @@ from ..network import Subnet
 #: The cluster DNS Service's address (kube-dns in kube-system), inside the Service CIDR.
 CLUSTER_DNS_IP = "10.96.0.10"
 CLUSTER_DOMAIN = "cluster.local"
-#: Taint put on real nodes while virtual nodes share the cluster, so that pods written for the
-#: emulator (which ignores images) never land on a real node by accident.
-REAL_NODE_TAINT_KEY = "elasticjob.dev/real-node"
-#: Label every real node carries (``true``), for node selectors.
-REAL_NODE_LABEL = "elasticjob.dev/real-node"
 
 
 def real_node_name(index: int) -> str:

@@ -21,8 +21,9 @@ from ..config import k8s_bin_dir, network_policy_binary
 from ..controlplane import SERVICE_CIDR, ControlPlane
 from ..network import NetworkError, Subnet
 from ..pki import NETWORK_POLICY_IDENTITY, issue_certificate
+from ..placement import REAL_NODE_LABEL
 from . import cgroups
-from .layout import REAL_NODE_LABEL, NodeLayout, cluster_cidr
+from .layout import NodeLayout, cluster_cidr
 from .render import (
     KUBELET_SYSCTLS,
     cni_conflist,
@@ -83,7 +84,6 @@ class RealNode:
         cp: ControlPlane,
         *,
         gpus: int,
-        tainted: bool,
         max_pods: int,
         created_mount_points: Path,
         network_policies: bool = True,
@@ -91,7 +91,6 @@ class RealNode:
         self.layout = layout
         self.cp = cp
         self.gpus = gpus
-        self.tainted = tainted
         self.max_pods = max_pods
         self.created_mount_points = created_mount_points
         self.network_policies = network_policies
@@ -176,7 +175,7 @@ class RealNode:
         lay.kubelet_config.write_text(
             kubelet_config(
                 lay, ca_file=self.cp.pki.ca_cert, tls_cert=cert, tls_key=key,
-                pod_logs_dir=lay.private_mounts["/var/log/pods"], tainted=self.tainted,
+                pod_logs_dir=lay.private_mounts["/var/log/pods"],
                 max_pods=self.max_pods,
             )
         )  # fmt: skip

@@ -10,13 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .layout import (
-    CLUSTER_DNS_IP,
-    CLUSTER_DOMAIN,
-    REAL_NODE_LABEL,
-    REAL_NODE_TAINT_KEY,
-    NodeLayout,
-)
+from ..placement import REAL_NODE_LABEL
+from .layout import CLUSTER_DNS_IP, CLUSTER_DOMAIN, NodeLayout
 
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 COREDNS_IMAGE = "registry.k8s.io/coredns/coredns:v1.12.0"
@@ -131,13 +126,10 @@ def kubelet_config(
     tls_cert: Path,
     tls_key: Path,
     pod_logs_dir: Path,
-    tainted: bool,
     max_pods: int,
 ) -> str:
-    """KubeletConfiguration for one node (cgroup v1 with the cgroupfs driver).
-
-    ``tainted``: register with the real-node taint (virtual nodes share the cluster).
-    """
+    """KubeletConfiguration for one node (cgroup v1 with the cgroupfs driver). Real nodes
+    register untainted: they are the cluster's ordinary nodes (virtual ones carry the taint)."""
     config: dict[str, Any] = {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
@@ -190,10 +182,6 @@ def kubelet_config(
         "shutdownGracePeriod": "0s",
         "registerNode": True,
     }
-    if tainted:
-        config["registerWithTaints"] = [
-            {"key": REAL_NODE_TAINT_KEY, "value": "true", "effect": "NoSchedule"}
-        ]
     return json.dumps(config, indent=2) + "\n"
 
 
@@ -270,7 +258,7 @@ COREFILE = f"""\
 """
 
 
-def coredns_manifests(tolerate_real_node_taint: bool, replicas: int = 2) -> list[dict[str, Any]]:
+def coredns_manifests(replicas: int = 2) -> list[dict[str, Any]]:
     """CoreDNS as clusters run it: ServiceAccount, RBAC, ConfigMap, Deployment, and the
     ``kube-dns`` Service at :data:`CLUSTER_DNS_IP` in ``kube-system``.
 
@@ -283,8 +271,6 @@ def coredns_manifests(tolerate_real_node_taint: bool, replicas: int = 2) -> list
     tolerations: list[dict[str, Any]] = [
         {"key": "CriticalAddonsOnly", "operator": "Exists"},
     ]
-    if tolerate_real_node_taint:
-        tolerations.append({"key": REAL_NODE_TAINT_KEY, "operator": "Exists"})
     return [
         {
             "apiVersion": "v1",

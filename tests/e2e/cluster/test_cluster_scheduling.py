@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from elasticjob_localcluster import LocalCluster
+from elasticjob_localcluster.placement import on_virtual_nodes
 from elasticjob_localcluster.testing import log_contains, python_pod
 
 pytestmark = pytest.mark.e2e
@@ -34,7 +35,7 @@ def test_deployment_pods_are_scheduled_and_run(cluster: LocalCluster, namespace:
             "selector": {"matchLabels": {"app": "web"}},
             "template": {
                 "metadata": {"labels": {"app": "web"}},
-                "spec": {
+                "spec": on_virtual_nodes({
                     "containers": [
                         {
                             "name": "main",
@@ -54,10 +55,10 @@ def test_deployment_pods_are_scheduled_and_run(cluster: LocalCluster, namespace:
                             "resources": {"limits": {"nvidia.com/gpu": str(gpus // 2 + 1)}},
                         }
                     ]
-                },
+                }),
             },
         },
-    }
+    }  # fmt: skip
     cluster.apply(deployment, namespace)
     cluster.kubectl("rollout", "status", "deployment/web", "-n", namespace, "--timeout=60s")
     pods = cluster.get_json("pods", "-n", namespace, "-l", "app=web")["items"]

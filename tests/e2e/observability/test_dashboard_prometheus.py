@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from elasticjob_localcluster import LocalCluster
+from elasticjob_localcluster.placement import VIRTUAL_NODE_PLACEMENT
 
 from scripts.demo_cluster import (
     ClusterAdapter,
@@ -87,6 +88,7 @@ def test_every_dashboard_query_returns_data(cluster: LocalCluster, tmp_path: Pat
             # this failed once under a load average of 50: one SIGKILL counted as four
             # failures, budget spent (bench/RESULTS.md); it comes back when that is found.
             working_dir=str(REPO / "examples"),
+            placement=VIRTUAL_NODE_PLACEMENT,
         )
         final = scenario.run(inject=True)
         assert final.phase == "Succeeded"

@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 import yaml
-from elasticjob_agent.rendezvous import config as agent_rdzv_config
 from elasticjob_localcluster import LocalCluster
+from elasticjob_localcluster.placement import on_virtual_nodes
 
 REPO = Path(__file__).resolve().parents[3]
 RELEASE = "ejop"
@@ -39,17 +39,6 @@ POOL = [f"ejop-{i}" for i in range(1, 25)]
 """Namespaces the operator watches; each test takes the next one."""
 
 pytestmark = pytest.mark.e2e
-
-
-def _agent_speaks_tls() -> bool:
-    """Whether this tree's agent takes torchrun's TLS rdzv-conf names (cacert, cert, key)."""
-    return "cacert" in Path(str(agent_rdzv_config.__file__)).read_text()
-
-
-AGENT_TLS = _agent_speaks_tls()
-"""Jobs of these tests use the managed etcd's mutual TLS (the default) once the agent speaks
-it; until then (an agent older than branch agent-core) they set ``spec.etcd.insecure``, and
-test_operator_e2e_tls.py fails saying so."""
 
 
 def free_port() -> int:
@@ -210,7 +199,8 @@ def ns(cluster: LocalCluster, operator: OperatorProcess) -> Iterator[str]:
 
 
 def job_manifest(name: str, **spec: Any) -> dict[str, Any]:
-    """A small CPU job of examples/train.py; ``spec`` entries override the defaults."""
+    """A small CPU job of examples/train.py on the virtual nodes (the emulator runs the
+    command on the host, from the repository); ``spec`` entries override the defaults."""
     args = spec.pop("args", ["--steps", "40", "--step-sleep", "0.1"])
     body: dict[str, Any] = {
         "replicas": 2,
@@ -222,7 +212,7 @@ def job_manifest(name: str, **spec: Any) -> dict[str, Any]:
         "stallTimeoutSeconds": 120,
         "rendezvous": {"lastCallTimeoutSeconds": 2, "heartbeatSeconds": 3},
         "template": {
-            "spec": {
+            "spec": on_virtual_nodes({
                 "containers": [
                     {
                         "name": "trainer",
@@ -241,12 +231,10 @@ def job_manifest(name: str, **spec: Any) -> dict[str, Any]:
                         },
                     }
                 ],
-            }
+            })
         },
-    }
+    }  # fmt: skip
     body.update(spec)
-    if not AGENT_TLS and "etcd" not in spec:
-        body["etcd"] = {"insecure": True}
     return {
         "apiVersion": "elasticjob.dev/v1alpha1",
         "kind": "ElasticJob",

@@ -249,6 +249,8 @@ metadata:
   labels: {app: shared-etcd}
 spec:
   restartPolicy: Never
+  nodeSelector: {elasticjob.dev/virtual-node: "true"}
+  tolerations: [{key: elasticjob.dev/virtual-node, operator: Exists, effect: NoSchedule}]
   containers:
     - name: etcd
       image: quay.io/coreos/etcd:v3.5.17

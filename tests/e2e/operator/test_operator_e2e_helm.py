@@ -8,6 +8,7 @@ import uuid
 
 import pytest
 from elasticjob_localcluster import LocalCluster
+from elasticjob_localcluster.placement import VIRTUAL_NODE_PLACEMENT
 
 from tests.e2e.operator.conftest import (
     REPO,
@@ -32,6 +33,9 @@ def test_helm_installed_operator_trains_a_job_to_succeeded(
             "install", release, str(REPO / "charts" / "elasticjob-operator"),
             "--namespace", system, "--create-namespace", "--wait", "--timeout", "5m",
             "--set", "watchNamespaces={" + work + "}",
+            # Beside the jobs of job_manifest, on the virtual nodes (the emulator).
+            "--set-json", "nodeSelector=" + json.dumps(VIRTUAL_NODE_PLACEMENT["nodeSelector"]),
+            "--set-json", "tolerations=" + json.dumps(VIRTUAL_NODE_PLACEMENT["tolerations"]),
         )  # fmt: skip
         manifest = job_manifest("helmjob", args=["--steps", "20", "--step-sleep", "0.1"])
         cluster.kubectl("apply", "-n", work, "-f", "-", input=json.dumps(manifest))

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from elasticjob_localcluster import LocalCluster
+from elasticjob_localcluster.placement import on_virtual_nodes
 
 from tests.e2e.operator.conftest import OperatorProcess, get_job, job_manifest, phase, wait_job
 
@@ -72,16 +73,18 @@ def _hostile_pod(job: dict[str, Any], index: int, kind: str) -> dict[str, Any]:
                 }
             ],
         },
-        "spec": {
-            "restartPolicy": "Never",
-            "containers": [
-                {
-                    "name": "hostile",
-                    "image": "ghcr.io/elasticjob/training-example:0.1.0",
-                    "command": ["python", "-c", SERVER, kind],
-                }
-            ],
-        },
+        "spec": on_virtual_nodes(
+            {
+                "restartPolicy": "Never",
+                "containers": [
+                    {
+                        "name": "hostile",
+                        "image": "ghcr.io/elasticjob/training-example:0.1.0",
+                        "command": ["python", "-c", SERVER, kind],
+                    }
+                ],
+            }
+        ),
     }
 
 

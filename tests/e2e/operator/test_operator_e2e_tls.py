@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 from elasticjob_localcluster import LocalCluster
+from elasticjob_localcluster.placement import on_virtual_nodes
 
 from tests.e2e.operator.conftest import (
-    AGENT_TLS,
     POOL,
     OperatorProcess,
     condition,
@@ -34,22 +34,24 @@ def _intruder(name: str, ns: str, endpoint: str, *command: str) -> dict[str, Any
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "restartPolicy": "Never",
-            "containers": [
-                {
-                    "name": "etcdctl",
-                    "image": "quay.io/coreos/etcd:v3.5.17",
-                    "command": [
-                        "etcdctl",
-                        f"--endpoints={endpoint}",
-                        "--dial-timeout=5s",
-                        "--command-timeout=5s",
-                        *command,
-                    ],
-                }
-            ],
-        },
+        "spec": on_virtual_nodes(
+            {
+                "restartPolicy": "Never",
+                "containers": [
+                    {
+                        "name": "etcdctl",
+                        "image": "quay.io/coreos/etcd:v3.5.17",
+                        "command": [
+                            "etcdctl",
+                            f"--endpoints={endpoint}",
+                            "--dial-timeout=5s",
+                            "--command-timeout=5s",
+                            *command,
+                        ],
+                    }
+                ],
+            }
+        ),
     }
 
 
@@ -71,10 +73,6 @@ def _run_intruder(cluster: LocalCluster, pod: dict[str, Any]) -> tuple[str, str]
 def test_managed_etcd_speaks_mutual_tls_and_refuses_strangers(
     cluster: LocalCluster, ns: str, operator: OperatorProcess
 ) -> None:
-    assert AGENT_TLS, (
-        "the agent in this tree does not take --rdzv-conf cacert/cert/key yet (branch "
-        "agent-core): the managed etcd's mutual TLS cannot be tested end to end"
-    )
     name = "tls"
     manifest = job_manifest(
         name, args=["--steps", "300", "--step-sleep", "0.2", "--checkpoint-every", "10"]

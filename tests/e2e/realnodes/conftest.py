@@ -1,16 +1,11 @@
 """Fixtures of the operator's end-to-end tests on real nodes (kubelet, containerd, runc).
 
 The operator runs from its image (``ghcr.io/elasticjob/elasticjob-operator:0.1.0``), installed by
-``helm install`` of the chart with default values, except what this cluster needs: the namespace
-to watch, and a nodeSelector and toleration for the real nodes (virtual nodes share the session
-cluster; real nodes are tainted ``elasticjob.dev/real-node=true:NoSchedule``). The operator and the
-jobs live in two namespaces labelled ``pod-security.kubernetes.io/enforce=restricted``.
-
-The managed etcd pod has no placement of its own (no nodeSelector, no tolerations: the operator
-builds it from nothing the user can set), so in a cluster where the real nodes are tainted it would
-land on a virtual node, which real pods cannot reach. :func:`real_only_scheduling` therefore
-cordons the virtual nodes and lifts the real nodes' taint while the job tests run, and restores
-both afterwards.
+``helm install`` of the chart with default values but the namespace to watch. The real nodes
+are the cluster's ordinary nodes (the virtual nodes that share the session cluster are tainted),
+so the operator, the jobs and their managed etcd land there as they would on any cluster. The
+operator and the jobs live in two namespaces labelled
+``pod-security.kubernetes.io/enforce=restricted``.
 """
 
 from __future__ import annotations
@@ -25,7 +20,6 @@ from typing import Any
 
 import pytest
 from elasticjob_localcluster import LocalCluster
-from elasticjob_localcluster.realnodes.layout import REAL_NODE_LABEL, REAL_NODE_TAINT_KEY
 from elasticjob_localcluster.testing import TRAINING_IMAGE
 
 from tests.e2e.operator.conftest import wait_job as operator_wait_job
@@ -55,7 +49,7 @@ def _restricted_namespace(cluster: LocalCluster, name: str) -> None:
 @pytest.fixture(scope="module")
 def release(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Release]:
     """The operator installed by ``helm install --wait`` (default values but the watched
-    namespace and the real-node placement) in a ``restricted`` namespace; uninstalled after."""
+    namespace) in a ``restricted`` namespace; uninstalled after."""
     if len(cluster.real_nodes) < 2:
         pytest.fail(
             f"these tests need 2 real nodes; cluster {cluster.config.name!r} has "
@@ -65,19 +59,9 @@ def release(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> 
     rel = Release(name=f"ejr{suffix}", system=f"ejrsys-{suffix}", work=f"ejrwork-{suffix}")
     _restricted_namespace(cluster, rel.system)
     _restricted_namespace(cluster, rel.work)
-    # Default values but for what this cluster needs: the watched namespace, real-node placement.
+    # Default values but for what this cluster needs: the watched namespace.
     values = tmp_path_factory.mktemp("chart") / "values.yaml"
-    values.write_text(
-        json.dumps(
-            {
-                "watchNamespaces": [rel.work],
-                "nodeSelector": {REAL_NODE_LABEL: "true"},
-                "tolerations": [
-                    {"key": REAL_NODE_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
-                ],
-            }
-        )
-    )
+    values.write_text(json.dumps({"watchNamespaces": [rel.work]}))
     try:
         cluster.helm(
             "install", rel.name, str(CHART), "--namespace", rel.system,
@@ -90,36 +74,8 @@ def release(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> 
         cluster.kubectl("delete", "namespace", rel.work, rel.system, "--wait=false", check=False)
 
 
-@pytest.fixture(scope="module")
-def real_only_scheduling(cluster: LocalCluster, release: Release) -> Iterator[None]:
-    """While the job tests run: virtual nodes cordoned, real nodes untainted (see the module
-    docstring: the managed etcd pod cannot be placed); both restored afterwards."""
-    tainted = [
-        name
-        for name in cluster.real_nodes
-        if any(
-            t.get("key") == REAL_NODE_TAINT_KEY
-            for t in cluster.get_json("node", name).get("spec", {}).get("taints") or []
-        )
-    ]
-    try:
-        for node in cluster.virtual_nodes:
-            cluster.kubectl("cordon", node)
-        for node in tainted:
-            cluster.kubectl("taint", "node", node, f"{REAL_NODE_TAINT_KEY}:NoSchedule-")
-        yield
-    finally:
-        for node in tainted:
-            cluster.kubectl(
-                "taint", "node", node, f"{REAL_NODE_TAINT_KEY}=true:NoSchedule", "--overwrite",
-                check=False,
-            )  # fmt: skip
-        for node in cluster.virtual_nodes:
-            cluster.kubectl("uncordon", node, check=False)
-
-
 @pytest.fixture
-def work(cluster: LocalCluster, release: Release, real_only_scheduling: None) -> Iterator[str]:
+def work(cluster: LocalCluster, release: Release) -> Iterator[str]:
     """The watched namespace, with every job deleted after each test."""
     yield release.work
     cluster.kubectl("delete", "ej", "--all", "-n", release.work, "--wait=true", check=False)
@@ -160,8 +116,6 @@ def job_manifest(name: str, *, steps: int = 40, nproc: int = 2) -> dict[str, Any
             "etcd": {"resources": {"requests": {"cpu": "250m", "memory": "128Mi"}}},
             "template": {
                 "spec": {
-                    "nodeSelector": {REAL_NODE_LABEL: "true"},
-                    "tolerations": [{"key": REAL_NODE_TAINT_KEY, "operator": "Exists"}],
                     "containers": [
                         {
                             "name": "trainer",

@@ -23,7 +23,6 @@ from typing import Any
 import pytest
 from elasticjob_agent.protocol.health import DEFAULT_HEALTH_PORT
 from elasticjob_localcluster import LocalCluster
-from elasticjob_localcluster.realnodes.layout import REAL_NODE_TAINT_KEY
 from elasticjob_localcluster.testing import TRAINING_IMAGE
 from elasticjob_operator.names import ETCD_CLIENT_PORT, etcd_tls_secret_name
 
@@ -99,7 +98,6 @@ def _prober(name: str, ns: str, node: str, labels: dict[str, str]) -> dict[str, 
         "metadata": {"name": name, "namespace": ns, "labels": labels},
         "spec": {
             "nodeName": node,
-            "tolerations": [{"key": REAL_NODE_TAINT_KEY, "operator": "Exists"}],
             "terminationGracePeriodSeconds": 0,
             "containers": [
                 {

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from elasticjob_localcluster.config import ClusterConfig
 from elasticjob_localcluster.network import Subnet
+from elasticjob_localcluster.placement import REAL_NODE_LABEL
 from elasticjob_localcluster.realnodes.images import (
     REQUIRED,
     ImageError,
@@ -15,12 +16,7 @@ from elasticjob_localcluster.realnodes.images import (
     parse_index,
     stamps_match,
 )
-from elasticjob_localcluster.realnodes.layout import (
-    CLUSTER_DNS_IP,
-    REAL_NODE_LABEL,
-    NodeLayout,
-    cluster_cidr,
-)
+from elasticjob_localcluster.realnodes.layout import CLUSTER_DNS_IP, NodeLayout, cluster_cidr
 from elasticjob_localcluster.realnodes.render import (
     cni_conflist,
     containerd_config,
@@ -97,20 +93,20 @@ def test_cni_routes_pods_without_masquerading() -> None:
     assert bridge["ipam"]["ranges"] == [[{"subnet": "10.101.1.0/24", "gateway": "10.101.1.1"}]]
 
 
-@pytest.mark.parametrize("tainted", [True, False])
-def test_kubelet_config(tainted: bool) -> None:
+def test_kubelet_config() -> None:
     lay = NodeLayout(Subnet(0), 1, STATE)
     config = json.loads(
         kubelet_config(
             lay, ca_file=Path("/ca"), tls_cert=Path("/c"), tls_key=Path("/k"),
-            pod_logs_dir=Path("/logs"), tainted=tainted, max_pods=110,
+            pod_logs_dir=Path("/logs"), max_pods=110,
         )
     )  # fmt: skip
     assert config["cgroupRoot"] == "/ej0-nodes/real-1"
     assert config["protectKernelDefaults"] is True
     assert config["clusterDNS"] == [CLUSTER_DNS_IP]
     assert config["authentication"]["anonymous"] == {"enabled": False}
-    assert ("registerWithTaints" in config) is tainted
+    # Real nodes are the ordinary nodes: only the virtual ones are tainted.
+    assert "registerWithTaints" not in config
 
 
 def test_kube_proxy_leaves_machine_wide_conntrack_alone() -> None:
@@ -144,7 +140,7 @@ def test_real_nodes_enforce_network_policies_unless_turned_off() -> None:
 
 
 def test_coredns_runs_on_real_nodes_behind_kube_dns() -> None:
-    manifests = {m["kind"]: m for m in coredns_manifests(tolerate_real_node_taint=True)}
+    manifests = {m["kind"]: m for m in coredns_manifests()}
     service = manifests["Service"]
     assert (service["metadata"]["name"], service["spec"]["clusterIP"]) == (
         "kube-dns",
@@ -152,12 +148,11 @@ def test_coredns_runs_on_real_nodes_behind_kube_dns() -> None:
     )
     pod = manifests["Deployment"]["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {REAL_NODE_LABEL: "true"}
-    assert any(t["key"] == REAL_NODE_LABEL for t in pod["tolerations"])
     assert pod["containers"][0]["imagePullPolicy"] == "Never"
 
 
 def test_coredns_runs_one_replica_per_node_so_a_lost_node_leaves_names_resolving() -> None:
-    manifests = {m["kind"]: m for m in coredns_manifests(False, replicas=2)}
+    manifests = {m["kind"]: m for m in coredns_manifests(replicas=2)}
     spec = manifests["Deployment"]["spec"]
     assert spec["replicas"] == 2
     (term,) = spec["template"]["spec"]["affinity"]["podAntiAffinity"][

@@ -38,6 +38,7 @@ import argparse
 import base64
 import concurrent.futures
 import contextlib
+import http.client
 import json
 import math
 import os
@@ -47,8 +48,9 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-import urllib.error
+import urllib.parse
 import urllib.request
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -87,17 +89,28 @@ def wait(what: str, predicate: Callable[[], Any], timeout: float, every: float =
 
 
 class Api:
-    """Synchronous JSON client of the API server (admin token); counts its requests by verb."""
+    """Synchronous JSON client of the API server (admin token), one kept-alive connection per
+    thread; counts its requests by verb (the bench subtracts them from the server's counts)."""
 
     def __init__(self, kubeconfig: Path) -> None:
         config = json.loads(kubeconfig.read_text())
         cluster = config["clusters"][0]["cluster"]
-        self.server = cluster["server"]
+        self.server = urllib.parse.urlsplit(cluster["server"])
         self._ssl = ssl.create_default_context(
             cadata=base64.b64decode(cluster["certificate-authority-data"]).decode()
         )
         self._token = config["users"][0]["user"]["token"]
         self.counts: Counter[str] = Counter()
+        self._local = threading.local()
+
+    def _connection(self) -> http.client.HTTPSConnection:
+        connection: http.client.HTTPSConnection | None = getattr(self._local, "connection", None)
+        if connection is None:
+            connection = http.client.HTTPSConnection(
+                self.server.hostname or "", self.server.port, context=self._ssl, timeout=60
+            )
+            self._local.connection = connection
+        return connection
 
     def call(
         self,
@@ -107,20 +120,35 @@ class Api:
         content_type: str = "application/json",
         verb: str | None = None,
     ) -> Any:
+        """The decoded answer; raises ``ApiError`` on an error status."""
         self.counts[verb or method] += 1
-        request = urllib.request.Request(
-            self.server + path,
-            data=None if body is None else json.dumps(body).encode(),
-            method=method,
-            headers={"Authorization": f"Bearer {self._token}", "Content-Type": content_type},
-        )
-        with urllib.request.urlopen(request, timeout=60, context=self._ssl) as response:
-            text = response.read()
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Authorization": f"Bearer {self._token}", "Content-Type": content_type}
+        for attempt in (1, 2):
+            connection = self._connection()
+            try:
+                connection.request(method, path, body=data, headers=headers)
+                response = connection.getresponse()
+                text = response.read()
+                break
+            except (http.client.HTTPException, OSError):
+                connection.close()
+                self._local.connection = None
+                if attempt == 2:
+                    raise
+        if response.status >= 400:
+            raise ApiError(response.status, f"{method} {path}: {text[:300]!r}")
         return json.loads(text) if text and path != "/metrics" else text.decode()
 
     def metrics(self) -> str:
         text: str = self.call("GET", "/metrics", verb="nonresource")
         return text
+
+
+class ApiError(RuntimeError):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class Operator:
@@ -395,7 +423,7 @@ class Bench:
                 for c in status.get("conditions") or []
             ):
                 return time.monotonic() - began
-            time.sleep(0.25)
+            time.sleep(0.5)
         return None
 
     def _events(self, ns: str, selector: str) -> list[dict[str, Any]]:
@@ -415,7 +443,7 @@ class Bench:
         while time.monotonic() - began < limit:
             if len(self._events(ns, selector)) > before:
                 return time.monotonic() - began
-            time.sleep(0.25)
+            time.sleep(0.5)
         return None
 
     def fresh_jobs(self, count: int, among: int) -> list[tuple[str, str]]:
@@ -456,7 +484,7 @@ class Bench:
         for i, when in enumerate(sm.spread(len(sample), 2.0, max(2.0, seconds - 30))):
             while time.monotonic() - began < when:
                 rss = max(rss, self.leader.rss_mib())
-                time.sleep(min(2.0, when - (time.monotonic() - began)) if when else 0)
+                time.sleep(max(0.0, min(2.0, when - (time.monotonic() - began))))
             ns, name = sample[i]
             timed = self.cut_and_time if i < cuts else self.fail_and_time
             futures.append((i < cuts, self.pool.submit(timed, ns, name)))
@@ -591,7 +619,7 @@ class Bench:
         force-delete what is left. Returns the seconds it took."""
         began = time.monotonic()
         for ns in self.namespaces:
-            with contextlib.suppress(urllib.error.HTTPError):
+            with contextlib.suppress(ApiError):
                 self.api.call("DELETE", f"/api/v1/namespaces/{ns}")
 
         def gone() -> bool:
@@ -602,7 +630,7 @@ class Bench:
             wait("namespaces deleted", gone, deadline, 2)
         except TimeoutError:
             for ns in self.namespaces:
-                with contextlib.suppress(urllib.error.HTTPError):
+                with contextlib.suppress(ApiError):
                     listed = self.api.call(
                         "GET", f"/apis/elasticjob.dev/v1alpha1/namespaces/{ns}/elasticjobs"
                     )

@@ -398,7 +398,7 @@ class Bench:
             running += sum(
                 1 for j in listed["items"] if (j.get("status") or {}).get("phase") == "Running"
             )
-        return running >= jobs
+        return running >= jobs - len(self.faulted)  # a faulted job may still be recovering
 
     # -- faults -----------------------------------------------------------------------------
 

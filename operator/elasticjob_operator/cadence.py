@@ -49,19 +49,21 @@ def calm(
     etcd_reachable: bool | None,
     expects_etcd: bool,
     reports: Mapping[str, HealthReport],
+    refused: int = 0,
     running_workers: int,
     run_id: str,
 ) -> bool:
     """Whether this step's observation is calm: the job runs unstalled, its etcd answered (when
     the job has one to probe), and every running worker's agent reports a formed group that
-    reaches etcd. A pod whose report is refused (hostile, broken) does not break the calm:
-    polling it more often would change nothing but the operator's cost."""
+    reaches etcd, or sent a report that was refused (``refused`` of them): a hostile or broken
+    pod does not break the calm, since polling it more often would change nothing but the
+    operator's cost."""
     if not running or stalled:
         return False
     if expects_etcd and etcd_reachable is not True:
         return False
     current = [r for r in reports.values() if r.run_id == run_id]
-    if len(current) < running_workers:
+    if len(current) + refused < running_workers:
         return False
     return all(r.state is AgentState.RUNNING and r.etcd.reachable for r in current)
 

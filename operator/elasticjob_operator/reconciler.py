@@ -279,6 +279,7 @@ class JobLoop:
             etcd_reachable=self._probed.etcd,
             expects_etcd=bool(self._probed.endpoints),
             reports=observed.reports,
+            refused=len(observed.invalid_reports),
             running_workers=sum(1 for p in workers if p.ip and p.phase is PodPhase.RUNNING),
             run_id=new_status.run_id,
         )

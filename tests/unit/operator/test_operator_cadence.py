@@ -43,6 +43,7 @@ def is_calm(**overrides: object) -> bool:
         ({"etcd_reachable": None}, False),
         ({"etcd_reachable": None, "expects_etcd": False}, True),
         ({"reports": {"a": report()}}, False),
+        ({"reports": {"a": report()}, "refused": 1}, True),
         ({"reports": {"a": report(), "b": report(AgentState.RENDEZVOUS)}}, False),
         ({"reports": {"a": report(), "b": report(reachable=False)}}, False),
         ({"run_id": "another run"}, False),

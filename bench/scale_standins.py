@@ -66,7 +66,9 @@ AGENT_NOTICES = 2.0
 NOT_READY_AFTER = 6.0
 """The managed etcd's readiness probe: 3 failures, 2 s apart."""
 LEASE_SECONDS = 40
-LEASE_RENEW = 10.0
+LEASE_RENEW = 5.0
+"""Well inside the controller-manager's 20 s grace, even on a loaded machine: a node that
+misses it turns NotReady and the operator replaces every pod on it."""
 HOSTILE_KINDS = ("endless", "huge", "slow", "bomb", "headers", "nan", "infinity", "nested")
 GOOD = (
     b'{"schemaVersion": 1, "runId": "r", "node": "n", "state": "Running", "round": 1, '

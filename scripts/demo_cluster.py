@@ -497,7 +497,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--cluster", default="dev", help="name of the local cluster (default: dev)")
     parser.add_argument("--manifest", type=Path, default=REPO / "examples" / "elasticjob.yaml")
-    parser.add_argument("--namespace", default="default")
+    parser.add_argument("--namespace", default="default", help="the job's namespace")
+    parser.add_argument(
+        "--release", default=RELEASE, help=f"the chart's release name (default {RELEASE})"
+    )
+    parser.add_argument(
+        "--operator-namespace",
+        default=OPERATOR_NAMESPACE,
+        help=f"the operator's namespace (default {OPERATOR_NAMESPACE})",
+    )
+    parser.add_argument(
+        "--watch-namespace",
+        action="store_true",
+        help="the operator watches only the job's namespace (the chart's watchNamespaces); "
+        "default: every namespace",
+    )
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per wait")
     parser.add_argument(
         "--steps",
@@ -535,6 +549,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         namespace=args.namespace,
         timeout=args.timeout,
         steps=args.steps or None,
+        release=args.release,
+        operator_namespace=args.operator_namespace,
+        helm_values={"watchNamespaces": f"{{{args.namespace}}}"} if args.watch_namespace else {},
     )
     try:
         final = scenario.run(inject=not args.no_faults)

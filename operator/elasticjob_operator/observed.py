@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -249,6 +249,32 @@ def start_failure(status: Mapping[str, Any], *, pod: str, slot: str) -> StartFai
 
 def _cap(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def without_witnessed_nodes(observed: Observed) -> Observed:
+    """``observed`` with ``lost_nodes`` less the nodes this job still hears from in this step.
+
+    A node's ``Ready`` condition goes Unknown when its kubelet misses heartbeats for the node
+    controller's grace period, which a starved kubelet on a loaded machine can do while every
+    container on it runs on. A worker whose agent answered the operator in this step, or the
+    newest managed etcd while the operator's probe or an agent reaches etcd, is a live witness:
+    its node is not lost to this job, and its pods are not replaced (that would cost a healthy
+    job a group restart). A node that is really gone answers nothing, so its pods are handled
+    as lost in the same step as before."""
+    if not observed.lost_nodes:
+        return observed
+    heard = {p.node for p in observed.workers if p.name in observed.reports and p.node}
+    etcd_heard = observed.etcd_reachable is True or any(
+        r.etcd.reachable for r in observed.reports.values()
+    )
+    newest = max(
+        (p for p in observed.etcd_pods if not p.terminal and not p.deleting),
+        key=lambda p: p.index,
+        default=None,
+    )
+    if etcd_heard and newest is not None and newest.node:
+        heard.add(newest.node)
+    return replace(observed, lost_nodes=observed.lost_nodes - heard)
 
 
 def node_lost(node: Mapping[str, Any]) -> bool:

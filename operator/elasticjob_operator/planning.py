@@ -19,7 +19,7 @@ from elasticjob_agent.protocol.restarts import RestartReason
 
 from . import kueue, manifests, names, progress, restarts, root_cause, seeding, start_failures
 from .conditions import ConditionType, find_condition, set_condition, stamp_generation
-from .observed import Observed, PodPhase, PodView
+from .observed import Observed, PodPhase, PodView, without_witnessed_nodes
 from .spec import CleanPodPolicy, EtcdMode, JobSpec
 from .stall import EtcdView, Stall, StallReason, StallSettings, classify
 from .status import EtcdState, JobStatus, Phase, StallState
@@ -128,7 +128,7 @@ def plan(
         spec=spec,
         generation=generation,
         status=status,
-        observed=observed,
+        observed=without_witnessed_nodes(observed),
         now=now,
         settings=settings,
         services=services,
@@ -629,19 +629,23 @@ def _manage_etcd(
             state.generation, state.generation, state.seeded_generation, state.unreachable_since
         )
     ever_ready = state.ready_generation == state.generation
-    lost = (
-        (current is not None and current.terminal)
-        or (current is not None and current.deleting)
-        or (current is not None and current.node in observed.lost_nodes)
-        or (current is None and ever_ready)
-        or (
-            current is not None
-            and ever_ready
-            and _unreachable(
-                current, state, observed, draft.status.run_id, now=now, settings=settings
-            )
+    lost: str | None = None
+    """Why the current generation is lost, for the Event (the evidence of a remediation)."""
+    if current is None:
+        lost = "its pod is gone" if ever_ready else None
+    elif current.terminal:
+        lost = f"its pod ended ({current.phase.value}, exit code {current.exit_code})"
+    elif current.deleting:
+        lost = "its pod is being deleted"
+    elif current.node in observed.lost_nodes:
+        lost = f"its node {current.node} is lost and nobody reaches it"
+    elif ever_ready and _unreachable(
+        current, state, observed, draft.status.run_id, now=now, settings=settings
+    ):
+        lost = (
+            "unreachable: no probe of the operator, the kubelet or any agent reached it for "
+            f"{settings.etcd_unavailable_after:g} s"
         )
-    )
     endpoint = manifests.rdzv_endpoints(job, spec)[0]
     if lost:
         old = state.generation
@@ -653,7 +657,7 @@ def _manage_etcd(
         draft.event(
             "Warning",
             "EtcdRecreated",
-            f"managed etcd generation {old} lost; creating generation {old + 1} "
+            f"managed etcd generation {old} lost ({lost}); creating generation {old + 1} "
             f"(restart reason {restarts.ETCD_RECOVERED}, "
             f"job-wide restarts {restarts.total(counts)})",
         )

@@ -304,3 +304,33 @@ def agent_status(cluster: LocalCluster, ns: str, pod: str) -> dict[str, Any] | N
             return dict(json.loads(r.read()))
     except (OSError, ValueError, RuntimeError):
         return None
+
+
+def evidence(cluster: LocalCluster, ns: str, name: str, operator: OperatorProcess) -> str:
+    """What a failed assertion on job ``ns/name`` needs to find its cause: the status, the
+    namespace's Events, the managed etcd pods' status, the operator's lines about the job and
+    the end of every agent's log."""
+    job = cluster.kubectl("get", "ej", name, "-n", ns, "-o", "json", check=False).stdout
+    status = json.dumps((json.loads(job) if job.strip() else {}).get("status"), indent=1)
+    events = cluster.kubectl(
+        "get", "events", "-n", ns, "--sort-by=.lastTimestamp",
+        "-o", "custom-columns=AT:.lastTimestamp,OBJECT:.involvedObject.name,REASON:.reason,"
+        "MESSAGE:.message", check=False,
+    ).stdout  # fmt: skip
+    etcd = "\n".join(
+        f"{p['metadata']['name']} on {p['spec'].get('nodeName')}: "
+        + json.dumps({k: p["status"].get(k) for k in ("phase", "conditions", "containerStatuses")})
+        for p in pods(cluster, ns, "etcd")
+    )
+    about = [line for line in operator.logs().splitlines() if name in line][-200:]
+    agents = "".join(
+        f"\n--- {p['metadata']['name']} (last 60 lines):\n"
+        + "\n".join(cluster.pod_logs(ns, p["metadata"]["name"]).splitlines()[-60:])
+        for p in pods(cluster, ns)
+    )
+    return (
+        f"\n=== status of {ns}/{name}:\n{status}\n=== events:\n{events}\n=== etcd pods:\n{etcd}"
+        f"\n=== operator ({len(about)} lines about {name}):\n"
+        + "\n".join(about)
+        + f"\n=== agents:{agents}"
+    )

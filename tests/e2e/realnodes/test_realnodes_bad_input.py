@@ -131,3 +131,27 @@ def test_an_image_without_the_agent_is_a_start_error_in_each_replacement_and_the
         "noagent-worker-0-1",
         "noagent-worker-0-2",
     }, starts
+
+
+def test_a_script_missing_from_the_image_is_the_reason_from_the_first_restart_on(
+    cluster: LocalCluster, release: Release, work: str
+) -> None:
+    manifest = job_manifest("noscript")
+    (container,) = manifest["spec"]["template"]["spec"]["containers"]
+    container["command"] = ["python", "/workspace/missing.py"]
+    container["args"] = []
+    manifest["spec"]["maxRestarts"] = 1
+    apply_job(cluster, work, manifest)
+    said = "can't open file '/workspace/missing.py': [Errno 2] No such file or directory"
+
+    def first_restart(job: dict[str, Any]) -> bool:
+        return any(e["reason"] == "Restarted" for e in _events(cluster, work, job))
+
+    job = wait_job(cluster, work, "noscript", "a Restarted Event", first_restart)
+    restarted = [e for e in _events(cluster, work, job) if e["reason"] == "Restarted"]
+    assert said in restarted[0]["message"], restarted  # torchrun would say only "exit code 2"
+    job = wait_job(cluster, work, "noscript", "Failed", lambda j: phase(j) == "Failed")
+    status = job["status"]
+    assert status["reason"] == "MaxRestartsExceeded", status
+    assert said in status["lastFailure"]["outputTail"], status["lastFailure"]
+    assert said in _condition(job, "Failed")["message"], status["conditions"]

@@ -510,3 +510,36 @@ def test_every_condition_carries_the_observed_generation() -> None:
     )
     assert result.status.conditions
     assert all(c["observedGeneration"] == 7 for c in result.status.conditions)
+
+
+def test_a_node_whose_pods_still_answer_is_not_lost_to_the_job() -> None:
+    # A starved kubelet misses its heartbeats (Ready=Unknown) while its containers run on: the
+    # job hears from them, so nothing is replaced and no restart is counted.
+    cluster = Cluster()
+    status = _started(cluster)
+    cluster.set("demo-worker-0-0", node="node-b", joined=True)
+    cluster.set("demo-etcd-0", node="node-b")
+    reports = {"demo-worker-0-0": report("demo-worker-0-0")}
+    result = step(
+        cluster, status, job_spec(), T0 + 5, etcd_reachable=True, reports=reports,
+        lost_nodes=frozenset({"node-b"}),
+    )  # fmt: skip
+    assert [k for k in _kinds(result) if k[0] != "mark joined"] == []
+    assert result.status.etcd.generation == 0
+    assert result.status.restarts == {}
+
+
+def test_an_etcd_on_a_silent_lost_node_is_recreated_at_once() -> None:
+    cluster = Cluster()
+    status = _started(cluster)
+    cluster.set("demo-etcd-0", node="node-b")
+    reports = {
+        "demo-worker-0-0": report("demo-worker-0-0", etcd_reachable=False, unreachable_since=T0)
+    }
+    result = step(
+        cluster, status, job_spec(), T0 + 5, etcd_reachable=False, reports=reports,
+        lost_nodes=frozenset({"node-b"}),
+    )  # fmt: skip
+    assert result.status.etcd.generation == 1
+    assert ("create", "demo-etcd-1") in _kinds(result)
+    assert result.status.restarts == {restarts.ETCD_RECOVERED: 1}

@@ -210,16 +210,23 @@ class Operator:
 
 
 class StandIns:
-    def __init__(self, cluster: LocalCluster, nodes: int, subnet: str, work: Path) -> None:
-        self.port = free_port()
+    def __init__(
+        self, cluster: LocalCluster, nodes: int, subnet: str, work: Path, net: PodNetwork
+    ) -> None:
+        self.port = 8099
+        self.host = net.inside
         self.proc = subprocess.Popen(
             [
+                "ip",
+                "netns",
+                "exec",
+                net.netns,
                 str(REPO / ".venv" / "bin" / "python"),
                 str(REPO / "bench" / "scale_standins.py"),
                 f"--kubeconfig={cluster.kubeconfig}",
                 f"--nodes={nodes}",
                 f"--subnet={subnet}",
-                f"--control-port={self.port}",
+                f"--control={self.host}:{self.port}",
                 f"--workdir={work}",
             ],
             stdout=subprocess.PIPE,
@@ -231,7 +238,7 @@ class StandIns:
 
     def post(self, path: str, body: Mapping[str, Any]) -> Any:
         request = urllib.request.Request(
-            f"http://127.0.0.1:{self.port}{path}",
+            f"http://{self.host}:{self.port}{path}",
             data=json.dumps(body).encode(),
             method="POST",
             headers={"Content-Type": "application/json"},
@@ -240,7 +247,7 @@ class StandIns:
             return json.loads(response.read())
 
     def stats(self) -> dict[str, Any]:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/stats", timeout=30) as r:
+        with urllib.request.urlopen(f"http://{self.host}:{self.port}/stats", timeout=30) as r:
             data: dict[str, Any] = json.loads(r.read())
             return data
 
@@ -282,6 +289,45 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+@dataclass(frozen=True)
+class PodNetwork:
+    """A network namespace of ours holding every stand-in pod address: ``subnet`` is local to
+    it (any address binds), the host routes ``subnet`` to it over a veth pair. The stand-ins
+    listen there, never on the host, so no other process's port can collide with a pod's."""
+
+    netns: str
+    host_veth: str
+    subnet: str
+    outside: str = "10.253.0.1"
+    inside: str = "10.253.0.2"
+
+    @classmethod
+    def create(cls, subnet: str) -> PodNetwork:
+        tag = os.getpid() % 100000
+        net = cls(f"ejscale-{tag}", f"ejsh{tag}", subnet)
+        peer = f"ejsn{tag}"
+        for argv in (
+            ["netns", "add", net.netns],
+            ["link", "add", net.host_veth, "type", "veth", "peer", "name", peer],
+            ["link", "set", peer, "netns", net.netns],
+            ["addr", "add", f"{net.outside}/30", "dev", net.host_veth],
+            ["link", "set", net.host_veth, "up"],
+            ["-n", net.netns, "addr", "add", f"{net.inside}/30", "dev", peer],
+            ["-n", net.netns, "link", "set", peer, "up"],
+            ["-n", net.netns, "link", "set", "lo", "up"],
+            ["-n", net.netns, "route", "add", "default", "via", net.outside],
+            ["-n", net.netns, "route", "add", "local", subnet, "dev", "lo"],
+            ["route", "add", subnet, "via", net.inside],
+        ):
+            subprocess.run(["ip", *argv], check=True, capture_output=True)
+        return net
+
+    def delete(self) -> None:
+        subprocess.run(["ip", "route", "del", self.subnet], check=False, capture_output=True)
+        subprocess.run(["ip", "netns", "delete", self.netns], check=False, capture_output=True)
+        subprocess.run(["ip", "link", "delete", self.host_veth], check=False, capture_output=True)
+
+
 def machine_busy() -> tuple[float, float]:
     """(busy, total) jiffies of all CPUs since boot."""
     values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
@@ -318,8 +364,11 @@ class Window:
 
 
 class Bench:
-    def __init__(self, args: argparse.Namespace, cluster: LocalCluster, work: Path) -> None:
+    def __init__(
+        self, args: argparse.Namespace, cluster: LocalCluster, work: Path, net: PodNetwork
+    ) -> None:
         self.args = args
+        self.net = net
         self.cluster = cluster
         self.api = Api(cluster.kubeconfig)
         self.work = work
@@ -345,7 +394,7 @@ class Bench:
             self.api.call("POST", "/api/v1/namespaces", {"metadata": {"name": ns}}, verb="POST")
         pods = self.args.jobs * (self.args.nodes_per_job + 1)
         nodes = max(2, math.ceil(pods * 1.5 / 900))
-        self.standins = StandIns(self.cluster, nodes, self.args.subnet, self.work)
+        self.standins = StandIns(self.cluster, nodes, self.args.subnet, self.work, self.net)
         source = self.args.operator_source
         self.operators.append(
             Operator(self.cluster, self.namespaces, self.work / "operator-a.log", source)
@@ -740,11 +789,9 @@ def main() -> int:
     if args.nodes_per_job < 1:
         parser.error("--nodes-per-job must be at least 1")
     steps = sm.sizes(args.jobs)
-    routes = subprocess.run(
-        ["ip", "route", "show", "table", "local"], capture_output=True, text=True, check=True
-    ).stdout
-    if args.subnet in routes:
-        parser.error(f"{args.subnet} is already routed locally (another run?): pick --subnet")
+    routes = subprocess.run(["ip", "route", "show"], capture_output=True, text=True, check=True)
+    if args.subnet in routes.stdout or "10.253.0." in routes.stdout:
+        parser.error(f"{args.subnet} or 10.253.0.0/30 is routed already (another run?)")
     work = Path(tempfile.mkdtemp(prefix="operator-scale-bench-"))
     args.operator_source = None
     if args.operator_ref is not None:
@@ -758,8 +805,8 @@ def main() -> int:
         subprocess.run(["tar", "-x", "-C", str(args.operator_source)], input=archive, check=True)
     config = ClusterConfig(name=f"scale-{os.getpid()}", nodes=1, gpus_per_node=0)
     cluster = start_cluster(config, owned=True)
-    subprocess.run(["ip", "route", "add", "local", args.subnet, "dev", "lo"], check=True)
-    bench = Bench(args, cluster, work)
+    net = PodNetwork.create(args.subnet)
+    bench = Bench(args, cluster, work, net)
     windows: list[Window] = []
     revision = subprocess.run(
         ["git", "-C", str(REPO), "rev-parse", "--short", args.operator_ref or "HEAD"],
@@ -870,7 +917,7 @@ def main() -> int:
         bench.stop()
         with contextlib.suppress(Exception):
             cluster.kubectl("delete", "nodes", "-l", f"{TAINT}=true", "--wait=false")
-        subprocess.run(["ip", "route", "del", "local", args.subnet, "dev", "lo"], check=False)
+        net.delete()
         cluster.stop()
     print()
     print(table(windows, extra))

@@ -7,15 +7,15 @@ fit in 24 GiB. Here no process is started per pod. Instead this process
 
 - registers the nodes ``scale-1`` ... ``scale-N`` (tainted ``elasticjob.dev/scale-bench``, so only
   the bench's jobs land there) and renews their Leases;
-- watches the pods bound to them and, for each, takes an address from a subnet routed to the
-  loopback device (``ip route add local <subnet> dev lo``, set up by the bench), marks the pod
+- watches the pods bound to them and, for each, takes an address from a subnet local to the
+  network namespace it runs in (the bench creates it and routes the subnet there), marks the pod
   Running and Ready with that IP, and finalizes its deletion (as a kubelet does);
 - serves on each worker pod's address the agent's health endpoints (``/status`` with a real
   ``HealthReport``, ``/healthz``), and on each managed etcd pod's address what the operator asks
   of an etcd: ``/health`` and the JSON gateway's ``/v3/kv/range`` and ``/v3/kv/txn``, over TLS with
   the job's own server certificate, requiring a client certificate of the job's CA.
 
-Faults, on the control port (``127.0.0.1:<port>``, JSON bodies):
+Faults, on the control server (``--control HOST:PORT``, JSON bodies):
 
 - ``POST /cut {"namespace", "job"}``: the job's etcd stops answering (connections and TLS
   handshakes hang, as behind a dropped link); its agents report etcd unreachable after
@@ -411,7 +411,7 @@ class StandIns:
             "phase": "Running" if running else "Failed",
             "podIP": pod.ip,
             "podIPs": [{"ip": pod.ip}],
-            "hostIP": "127.0.0.1",
+            "hostIP": pod.ip,
             "startTime": now,
             "conditions": [
                 {"type": kind, "status": "True" if ready else "False", "lastTransitionTime": now}
@@ -601,7 +601,7 @@ class StandIns:
         await self._patch_status(pod, running=False, ready=False, exit_code=137)
 
 
-async def control(standins: StandIns, port: int) -> web.AppRunner:
+async def control(standins: StandIns, host: str, port: int) -> web.AppRunner:
     async def cut(request: web.Request) -> web.Response:
         body = await request.json()
         standins._spawn(standins.cut(body["namespace"], body["job"]))
@@ -641,7 +641,7 @@ async def control(standins: StandIns, port: int) -> web.AppRunner:
     app.router.add_get("/stats", stats)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
+    await web.TCPSite(runner, host, port).start()
     return runner
 
 
@@ -651,7 +651,8 @@ async def main_async(args: argparse.Namespace) -> None:
     nodes = [f"scale-{i}" for i in range(1, args.nodes + 1)]
     standins = StandIns(api, nodes, args.subnet, Path(args.workdir))
     await standins.register_nodes()
-    runner = await control(standins, args.control_port)
+    host, _, port = args.control.rpartition(":")
+    runner = await control(standins, host, int(port))
     tasks = [
         asyncio.ensure_future(standins.heartbeats()),
         asyncio.ensure_future(standins.watch_pods()),
@@ -669,7 +670,7 @@ def main() -> None:
     parser.add_argument("--kubeconfig", required=True)
     parser.add_argument("--nodes", type=int, default=8)
     parser.add_argument("--subnet", required=True)
-    parser.add_argument("--control-port", type=int, required=True)
+    parser.add_argument("--control", required=True, help="HOST:PORT of the control server")
     parser.add_argument("--workdir", required=True)
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")

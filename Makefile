@@ -49,6 +49,7 @@ lint: setup
 	.venv/bin/ruff format --check .
 	.venv/bin/mypy
 	PYTHONPATH=agent:operator:localcluster .venv/bin/lint-imports
+	PYTHONPATH=agent:operator:localcluster $(PY) scripts/import_cycles.py
 	scripts/sync-chart.sh --check
 
 fmt: setup

@@ -33,8 +33,9 @@ import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from elasticjob_agent.ports import free_port
 from elasticjob_agent.standalone import EmbeddedEtcd
-from recovery_bench import BIN, REPO, Launcher, free_port
+from recovery_bench import BIN, REPO, Launcher
 
 SCRIPT = Path(__file__).resolve().parent / "hang_script.py"
 PROGRESS_TIMEOUT = 30

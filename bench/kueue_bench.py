@@ -29,7 +29,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -41,6 +40,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "localcluster"))
 
+from elasticjob_agent.ports import free_port  # noqa: E402
 from elasticjob_localcluster import (  # noqa: E402
     ClusterConfig,
     LocalCluster,
@@ -48,7 +48,7 @@ from elasticjob_localcluster import (  # noqa: E402
     start_cluster,
     stop_cluster,
 )
-from elasticjob_localcluster.kueue import MANAGED_NAMESPACE_LABEL, start_kueue  # noqa: E402
+from elasticjob_localcluster.kueue import MANAGED_NAMESPACE_LABEL  # noqa: E402
 from elasticjob_localcluster.placement import on_virtual_nodes  # noqa: E402
 
 
@@ -60,12 +60,6 @@ def wait(what: str, predicate: Callable[[], Any], timeout: float = 180, every: f
             return value
         time.sleep(every)
     raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def start_operator(
@@ -258,7 +252,7 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     operator: subprocess.Popen[bytes] | None = None
     try:
-        start_kueue(cluster)
+        cluster.start_kueue()
         setup(cluster)
         operator = start_operator(cluster, work / "operator.log", [QUEUED_NS, PLAIN_NS])
         results: dict[str, list[Any]] = {}

@@ -32,7 +32,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -45,6 +44,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "localcluster"))
 
+from elasticjob_agent.ports import free_port  # noqa: E402
 from elasticjob_localcluster import (  # noqa: E402
     ClusterConfig,
     LocalCluster,
@@ -54,14 +54,6 @@ from elasticjob_localcluster import (  # noqa: E402
 from elasticjob_localcluster.placement import on_virtual_nodes  # noqa: E402
 
 NS = "bench"
-AGENT_TLS = "cacert" in (REPO / "agent/elasticjob_agent/rendezvous/config.py").read_text()
-"""Whether this tree's agent speaks TLS to etcd (torchrun's rdzv-conf names)."""
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait(what: str, predicate: Callable[[], Any], timeout: float = 180, every: float = 0.2) -> Any:
@@ -141,9 +133,7 @@ def job(name: str, **spec: Any) -> dict[str, Any]:
             )
         },
     }
-    body.update(spec)
-    if not AGENT_TLS and "etcd" not in spec:
-        body["etcd"] = {"insecure": True}  # an agent without TLS: the managed etcd in plain HTTP
+    body.update(spec)  # the managed etcd speaks TLS, as this tree's agent does
     return {
         "apiVersion": "elasticjob.dev/v1alpha1",
         "kind": "ElasticJob",

@@ -23,7 +23,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -38,6 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "agent"))
 
+from elasticjob_agent.ports import free_port  # noqa: E402
 from elasticjob_agent.standalone import EmbeddedEtcd  # noqa: E402
 
 TRAIN = REPO / "examples" / "train.py"
@@ -45,12 +45,6 @@ BIN = Path(sys.executable).parent
 RECOVERY_CAP = 180.0
 STEADY = 20.0
 START = re.compile(rb"start step=\d+ rank=(\d+) world_size=(\d+)")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Launcher:

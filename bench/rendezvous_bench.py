@@ -66,7 +66,6 @@ import os
 import resource
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -82,9 +81,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from elasticjob_agent.etcd.client import EtcdClient
-from elasticjob_agent.etcd.endpoints import TlsFiles, parse_endpoints
 from elasticjob_agent.etcd.retry import retry_until
 from elasticjob_agent.etcd.session import LeaseKeeper
+from elasticjob_agent.ports import free_port
+from elasticjob_agent.protocol.endpoints import TlsFiles, parse_endpoints
 from elasticjob_agent.protocol.keys import JobKeys
 from elasticjob_agent.rendezvous.backend import create_backend
 from elasticjob_agent.rendezvous.config import request_timeout_for
@@ -96,7 +96,7 @@ from elasticjob_agent.rendezvous.roles import exchange_roles_async
 from elasticjob_agent.rendezvous.state import Action, Context, Snapshot
 from elasticjob_agent.rendezvous.wire import RendezvousKeys
 from elasticjob_agent.supervision.worker_env import AgentKnobs, GroupContext, worker_env
-from elasticjob_operator import pki
+from elasticjob_operator import names, pki
 from torch.distributed import TCPStore  # type: ignore[attr-defined]
 from torch.distributed.elastic.agent.server.api import SimpleElasticAgent, WorkerSpec
 from torch.distributed.elastic.rendezvous import RendezvousParameters
@@ -121,12 +121,6 @@ NPROC = 8
 #: Candidates that run our executor (``ours-tls`` against the mutual-TLS etcd).
 OURS = ("ours", "ours-tls")
 CANDIDATES = ("ours", "ours-tls", "torch-c10d", "torch-etcd-v3")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass(frozen=True)
@@ -628,14 +622,14 @@ class Etcd:
             self.tls_dir = str(files)
             tls_args = [
                 "--client-cert-auth",
-                f"--trusted-ca-file={files / pki.CA_CERT}",
-                f"--cert-file={files / pki.SERVER_CERT}",
-                f"--key-file={files / pki.SERVER_KEY}",
+                f"--trusted-ca-file={files / names.TLS_CA}",
+                f"--cert-file={files / names.TLS_CERT}",
+                f"--key-file={files / names.TLS_KEY}",
             ]
             ctl_args = [
-                f"--cacert={files / pki.CA_CERT}",
-                f"--cert={files / pki.CLIENT_CERT}",
-                f"--key={files / pki.CLIENT_KEY}",
+                f"--cacert={files / names.TLS_CA}",
+                f"--cert={files / names.TLS_CLIENT_CERT}",
+                f"--key={files / names.TLS_CLIENT_KEY}",
             ]
         binary = binary or shutil.which("etcd")
         if binary is None:

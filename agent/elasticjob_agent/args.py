@@ -13,9 +13,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from elasticjob_agent.etcd.endpoints import TLS_KEYS, Endpoint, parse_endpoints, tls_from_conf
+from elasticjob_agent.protocol.endpoints import TLS_KEYS, Endpoint, parse_endpoints, tls_from_conf
 from elasticjob_agent.protocol.health import DEFAULT_HEALTH_PORT
 from elasticjob_agent.protocol.keys import DEFAULT_PREFIX, validate_run_id
+from elasticjob_agent.protocol.restarts import TORCHRUN_MAX_RESTARTS_DEFAULT
 
 BACKEND = "etcd-v3"
 C10D = "c10d"
@@ -100,7 +101,7 @@ class AgentArgs:
     c10d_endpoint: str = ""
     """``host:port`` of the c10d rendezvous' TCPStore (port 29400 when not given)."""
     standalone: bool = False
-    max_restarts: int = 0
+    max_restarts: int = TORCHRUN_MAX_RESTARTS_DEFAULT
     monitor_interval: float = 0.1
     role: str = "default"
     module: bool = False
@@ -184,7 +185,7 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     valued(
         "--max-restarts",
         "--max_restarts",
-        default="0",
+        default=str(TORCHRUN_MAX_RESTARTS_DEFAULT),
         help="job-wide restarts after failures before the job fails",
     )
     valued(

@@ -22,6 +22,7 @@ from typing import Any
 # First: it must run before anything imports grpc (the etcd session does).
 from elasticjob_agent._fork_safe_grpc import worker_environ
 from elasticjob_agent.args import C10D, AgentArgs, UsageError, parse_args, resolve_nproc
+from elasticjob_agent.errors import RendezvousConnectionError
 from elasticjob_agent.etcd.session import EtcdSession
 from elasticjob_agent.health.metrics import AgentMetrics
 from elasticjob_agent.health.ports import start_with_fallback
@@ -29,10 +30,10 @@ from elasticjob_agent.health.server import HealthServer
 from elasticjob_agent.health.status import AgentStatus
 from elasticjob_agent.logs import EventContext, EventLog, configure
 from elasticjob_agent.pid1 import init_if_pid1
+from elasticjob_agent.protocol.endpoints import Endpoint, parse_endpoints
 from elasticjob_agent.protocol.exit_codes import ExitCode
 from elasticjob_agent.protocol.health import EtcdStatus
 from elasticjob_agent.protocol.keys import JobKeys
-from elasticjob_agent.rendezvous.errors import RendezvousConnectionError
 from elasticjob_agent.standalone import EmbeddedEtcd, EtcdStartError
 from elasticjob_agent.supervision.agent_restart_counter import AgentRestartCounter
 from elasticjob_agent.supervision.restart_counter import JobRestartCounter
@@ -62,26 +63,22 @@ def _accelerators() -> int:
         return 0
 
 
-def _rendezvous_config(args: AgentArgs, endpoint: str, run_id: str, node: str) -> Any:
-    """Our ``RendezvousConfig`` from torch's ``RendezvousParameters``; ``ValueError`` on bad
-    conf."""
-    from torch.distributed.elastic.rendezvous import RendezvousParameters  # noqa: PLC0415
-
+def _rendezvous_config(
+    args: AgentArgs, endpoints: tuple[Endpoint, ...], run_id: str, node: str
+) -> Any:
+    """Our ``RendezvousConfig`` from the parsed arguments (no text in between); ``ValueError``
+    on a bad ``--rdzv-conf``."""
     from elasticjob_agent.rendezvous.config import RendezvousConfig  # noqa: PLC0415
 
-    conf = dict(args.rdzv_conf)
-    conf["etcd_timeout"] = str(args.etcd_timeout)
-    conf["node_id"] = node
-    params = RendezvousParameters(
-        backend="etcd-v3",
-        endpoint=endpoint,
+    conf = {**args.rdzv_conf, "etcd_timeout": str(args.etcd_timeout), "node_id": node}
+    return RendezvousConfig.from_conf(
         run_id=run_id,
+        endpoints=endpoints,
         min_nodes=args.min_nodes,
         max_nodes=args.max_nodes,
+        conf=conf,
         local_addr=args.local_addr,
-        **conf,
     )
-    return RendezvousConfig.from_parameters(params)
 
 
 def _make_handler(config: Any, session: EtcdSession) -> Any:
@@ -101,12 +98,11 @@ class _Rendezvous:
 
 
 def _etcd_rendezvous(
-    args: AgentArgs, stack: ExitStack, endpoint: str, run_id: str, node: str
+    args: AgentArgs, stack: ExitStack, endpoints: tuple[Endpoint, ...], run_id: str, node: str
 ) -> _Rendezvous:
     """Ours: the handler, the job-wide counter and the probe on the process's one etcd
     session. ``ValueError`` on a bad ``--rdzv-conf``."""
-    config = _rendezvous_config(args, endpoint, run_id, node)
-    endpoints = config.endpoints
+    config = _rendezvous_config(args, endpoints, run_id, node)
     # The process's one way to etcd: the handler, its stores, the restart counter and the
     # probe all run on this session (one loop thread, one channel, one reachability record).
     session = EtcdSession(
@@ -154,12 +150,10 @@ def run(args: AgentArgs) -> int:
     with ExitStack() as stack:
         if args.standalone:
             etcd = stack.enter_context(EmbeddedEtcd())
-            endpoint, run_id = etcd.endpoint, str(uuid.uuid4())
-            logger.info("standalone: embedded etcd at %s, rdzv id %s", endpoint, run_id)
+            endpoints, run_id = parse_endpoints(etcd.endpoint), str(uuid.uuid4())
+            logger.info("standalone: embedded etcd at %s, rdzv id %s", etcd.endpoint, run_id)
         else:
-            # With the scheme: parsed again with the same --rdzv-conf, https stays https.
-            endpoint = ",".join(e.url for e in args.rdzv_endpoints)
-            run_id = args.rdzv_id
+            endpoints, run_id = args.rdzv_endpoints, args.rdzv_id
         events = EventLog(logger, EventContext(run_id=run_id, node=node))
         if args.rdzv_backend == C10D:
             try:
@@ -171,7 +165,7 @@ def run(args: AgentArgs) -> int:
                 return int(ExitCode.ETCD_UNREACHABLE)
         else:
             try:
-                rdzv = _etcd_rendezvous(args, stack, endpoint, run_id, node)
+                rdzv = _etcd_rendezvous(args, stack, endpoints, run_id, node)
             except ValueError as exc:
                 return _usage_error(str(exc))
         handler, counter = rdzv.handler, rdzv.counter

@@ -7,7 +7,6 @@ the data and the ports (tests use this to simulate an outage); ``close()`` remov
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -15,17 +14,12 @@ import urllib.request
 from pathlib import Path
 from types import TracebackType
 
+from elasticjob_agent.ports import free_port
 from elasticjob_agent.supervision.parent_death import die_with_parent
 
 
 class EtcdStartError(RuntimeError):
     """The etcd binary is missing or did not become healthy."""
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 class EmbeddedEtcd:

@@ -119,3 +119,14 @@ class ClusterConfig:
     def real_node_names(self) -> list[str]:
         """Names of the real nodes, ``real-1`` ... ``real-M``."""
         return [f"real-{i}" for i in range(1, self.real_nodes + 1)]
+
+
+INFO_FILE = "cluster.json"
+"""In the state directory: what the cluster process tells its clients (``handle.py``)."""
+
+
+def etcd_data_dir(config: ClusterConfig) -> Path:
+    """etcd's data lives in memory (``/dev/shm``) when possible: fsync on a shared disk is slow."""
+    shm = Path("/dev/shm")
+    base = shm if shm.is_dir() and os.access(shm, os.W_OK) else config.state_dir
+    return base / f"elasticjob-{config.name}-etcd"

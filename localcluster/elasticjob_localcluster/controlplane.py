@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import time
@@ -14,6 +13,8 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from elasticjob_agent.ports import free_port
 
 from .config import K8S_VERSION, k8s_bin_dir
 from .kubeconfig import render_kubeconfig
@@ -25,13 +26,6 @@ SERVICE_ISSUER = "https://kubernetes.default.svc.cluster.local"
 
 class ControlPlaneError(RuntimeError):
     """A component is missing, did not start, or did not become ready."""
-
-
-def free_port(host: str) -> int:
-    """A TCP port nobody listens on at ``host`` right now."""
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from . import network
-from .config import ClusterConfig, cache_dir
+from .config import INFO_FILE, ClusterConfig, cache_dir, etcd_data_dir
 from .controlplane import ControlPlane, start_control_plane, version
 from .emulator import NodeEmulator, control_server
 from .kubeapi import KubeApi
@@ -31,15 +31,6 @@ from .realnodes.fleet import Fleet
 from .realnodes.node import remove_leftovers as remove_real_node_leftovers
 
 log = logging.getLogger(__name__)
-
-INFO_FILE = "cluster.json"
-
-
-def etcd_data_dir(config: ClusterConfig) -> Path:
-    """etcd's data lives in memory (``/dev/shm``) when possible: fsync on a shared disk is slow."""
-    shm = Path("/dev/shm")
-    base = shm if shm.is_dir() and os.access(shm, os.W_OK) else config.state_dir
-    return base / f"elasticjob-{config.name}-etcd"
 
 
 def serve(config: ClusterConfig, owner_pid: int = 0) -> int:

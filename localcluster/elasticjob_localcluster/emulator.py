@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from elasticjob_agent.ports import free_port
 
 from .config import K8S_VERSION, ClusterConfig, repo_root, venv_bin_dir
-from .controlplane import free_port
 from .hostsfile import PodEntry, ServiceEntry, render_hosts
 from .kubeapi import MERGE, STRATEGIC, ApiError, KubeApi
 from .network import Subnet

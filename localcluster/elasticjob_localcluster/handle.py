@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from . import network
-from .config import ClusterConfig, cache_dir, tool_path
-from .daemon import INFO_FILE, etcd_data_dir
+from .config import INFO_FILE, ClusterConfig, cache_dir, etcd_data_dir, tool_path
 from .realnodes.node import remove_leftovers as remove_real_node_leftovers
 
 
@@ -399,6 +398,18 @@ class LocalCluster:
         """Undo :meth:`lose_node` (a real node boots again: new kubelet and containerd, its
         containers restarted as the kubelet decides) and :meth:`cut_node`."""
         self._control({"op": "restore_node", "node": node})
+
+    def start_kueue(self) -> dict[str, Any]:
+        """Ask the cluster process to start Kueue (idempotent); returns its info (``kueue.py``)."""
+        result: dict[str, Any] = self._control({"op": "kueue_start"})
+        return result
+
+    def stop_kueue(self) -> None:
+        """Ask the cluster process to stop Kueue (its webhooks stay registered)."""
+        self._control({"op": "kueue_stop"})
+
+    def kueue_running(self) -> bool:
+        return bool(self._control({"op": "kueue_running"}))
 
     # ---------------------------------------------------------------- lifecycle
 

@@ -8,8 +8,8 @@ the plain-pod integration for namespaces labelled :data:`MANAGED_NAMESPACE_LABEL
 
 The pure parts (:func:`kueue_configuration`, :func:`webhook_configurations`) build the objects;
 the class does the I/O. The cluster process owns the Kueue process (``serve --kueue``, or the
-control operations ``kueue_start`` / ``kueue_stop`` that :func:`start_kueue` and
-:func:`stop_kueue` send), so it dies with the cluster.
+control operations ``kueue_start`` / ``kueue_stop`` that ``LocalCluster.start_kueue`` and
+``LocalCluster.stop_kueue`` send), so it dies with the cluster.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import time
@@ -30,14 +29,12 @@ import urllib.request
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
+from elasticjob_agent.ports import free_port
 
 from .config import cache_dir, repo_root, tool_path
-
-if TYPE_CHECKING:
-    from .handle import LocalCluster
 
 #: The Kueue release ``localcluster/kueue/build.sh`` builds (keep the two in step).
 KUEUE_VERSION = "v0.17.1"
@@ -152,12 +149,6 @@ def webhook_configurations(
 # -- the process ---------------------------------------------------------------------------------
 
 
-def _free_port(host: str) -> int:
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
-
-
 def _openssl(*args: str, cwd: Path) -> None:
     done = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -235,14 +226,14 @@ class KueueProcess:
                               "metadata": {"name": KUEUE_NAMESPACE}}),
         )  # fmt: skip
 
-        webhook_port = _free_port(self.host)
-        self.health_port = _free_port("127.0.0.1")
+        webhook_port = free_port(self.host)
+        self.health_port = free_port("127.0.0.1")
         config = kueue_configuration(
             webhook_host=self.host,
             webhook_port=webhook_port,
             cert_dir=certs,
             health_port=self.health_port,
-            metrics_port=_free_port("127.0.0.1"),
+            metrics_port=free_port("127.0.0.1"),
         )
         (work / "config.yaml").write_text(yaml.safe_dump(config))
         module_manifests = _module_webhook_manifests(built)
@@ -360,21 +351,3 @@ def _module_webhook_manifests(built: Path) -> list[dict[str, Any]]:
     """The webhook manifests of the Kueue version built (build.sh copies them from the module)."""
     path = built / "webhook" / "manifests.yaml"
     return [d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict)]
-
-
-# -- from tests and the CLI ----------------------------------------------------------------------
-
-
-def start_kueue(cluster: LocalCluster) -> dict[str, Any]:
-    """Ask the cluster process to start Kueue (idempotent); returns its info."""
-    result: dict[str, Any] = cluster._control({"op": "kueue_start"})
-    return result
-
-
-def stop_kueue(cluster: LocalCluster) -> None:
-    """Ask the cluster process to stop Kueue (its webhooks stay registered)."""
-    cluster._control({"op": "kueue_stop"})
-
-
-def kueue_running(cluster: LocalCluster) -> bool:
-    return bool(cluster._control({"op": "kueue_running"}))

@@ -15,11 +15,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from . import network
-from .kubeapi import STRATEGIC, ApiError
-from .network import created_mount_points_file
+from .kubeapi import STRATEGIC, ApiError, KubeApi
+from .network import Subnet, created_mount_points_file
 from .podenv import PodConfigError, PodContext, container_argv, container_env
 from .podstatus import (
     ContainerView,
@@ -32,9 +32,6 @@ from .podstatus import (
 )
 from .probes import probe_once
 from .volumes import container_mounts, prepare_volumes, read_config_map, read_secret
-
-if TYPE_CHECKING:
-    from .emulator import NodeEmulator
 
 log = logging.getLogger(__name__)
 
@@ -88,10 +85,38 @@ class Container:
         )
 
 
+class PodHost(Protocol):
+    """What a pod worker needs of the node it runs on (``emulator.NodeEmulator``): addresses,
+    the API, the hosts file, Events, and to be forgotten when its pod is gone."""
+
+    api: KubeApi
+    subnet: Subnet
+    host_ip: str
+    api_port: int
+    ca_pem: str
+    pod_path: str
+    """``PATH`` in every container."""
+    default_workdir: str
+    state_dir: Path
+    records_dir: Path
+
+    def allocate_index(self) -> int: ...
+
+    def release_index(self, index: int) -> None: ...
+
+    def render_hosts(self, worker: PodWorker) -> str: ...
+
+    def hosts_changed(self) -> None: ...
+
+    def forget(self, worker: PodWorker) -> None: ...
+
+    def event(self, pod: dict[str, Any], kind: str, reason: str, message: str) -> None: ...
+
+
 class PodWorker:
     """Runs one pod bound to one of the emulator's nodes, like a kubelet's pod worker."""
 
-    def __init__(self, emulator: NodeEmulator, pod: dict[str, Any]) -> None:
+    def __init__(self, emulator: PodHost, pod: dict[str, Any]) -> None:
         self.em = emulator
         self.pod = pod
         meta = pod["metadata"]

@@ -11,13 +11,12 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from elasticjob_agent.protocol.endpoints import Endpoint, format_endpoints, tls_conf
 from elasticjob_agent.protocol.health import DEFAULT_HEALTH_PORT
 
 from .spec import JobSpec, SpecError
 
 AGENT = "elasticjob-agent"
-ETCD_TLS_DIR = "/etc/elasticjob/etcd-tls"
-"""Where worker pods mount the etcd client certificate (``ca.crt``, ``tls.crt``, ``tls.key``)."""
 POD_IP_ENV = "ELASTICJOB_POD_IP"
 _PYTHON = re.compile(r"^(.*/)?python(3(\.\d+)?)?$")
 _LAUNCHERS = ("torchrun", AGENT, "python -m torch.distributed.run")
@@ -31,12 +30,11 @@ first (remediate or fail the job with the stall's reason) instead of agents exit
 class AgentTarget:
     """Where the agent finds etcd and who it is."""
 
-    rdzv_endpoints: tuple[str, ...]
+    rdzv_endpoints: tuple[Endpoint, ...]
+    """Each says whether (and with which files) the agent speaks TLS to etcd."""
     run_id: str
     node_id: str
     nproc_per_node: int
-    tls: bool = False
-    """The agent speaks TLS to etcd with the client certificate under ``ETCD_TLS_DIR``."""
     grace_seconds: int = 60
     """The pod's ``terminationGracePeriodSeconds``; the agent's worker shutdown fits inside it."""
 
@@ -75,15 +73,7 @@ def agent_args(spec: JobSpec, target: AgentTarget, argv: Sequence[str]) -> list[
             f"heartbeat={rdzv.heartbeat_seconds}",
             f"key_prefix={spec.etcd.key_prefix}",
             # torchrun's names for TLS to etcd (the endpoints are https:// then).
-            *(
-                [
-                    f"cacert={ETCD_TLS_DIR}/ca.crt",
-                    f"cert={ETCD_TLS_DIR}/tls.crt",
-                    f"key={ETCD_TLS_DIR}/tls.key",
-                ]
-                if target.tls
-                else []
-            ),
+            *(f"{k}={v}" for k, v in tls_conf(target.rdzv_endpoints[0].tls).items()),
         ]
     )
     nccl = spec.nccl
@@ -91,7 +81,7 @@ def agent_args(spec: JobSpec, target: AgentTarget, argv: Sequence[str]) -> list[
         f"--nnodes={spec.min_nodes}:{spec.max_nodes}",
         f"--nproc-per-node={target.nproc_per_node}",
         "--rdzv-backend=etcd-v3",
-        f"--rdzv-endpoint={','.join(target.rdzv_endpoints)}",
+        f"--rdzv-endpoint={format_endpoints(target.rdzv_endpoints)}",
         f"--rdzv-id={target.run_id}",
         f"--rdzv-conf={conf}",
         f"--max-restarts={spec.max_restarts}",

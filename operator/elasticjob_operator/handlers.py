@@ -17,7 +17,7 @@ import kopf
 
 from . import metrics, names, probes
 from .kube import Kube, KubeError, PermanentKubeError
-from .manifests import JobRef
+from .names import JobRef
 from .observed import node_lost, pod_view
 from .reconciler import JobLoop, OwnedPod, owned_pod
 from .settings import OperatorSettings

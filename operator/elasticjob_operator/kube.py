@@ -21,7 +21,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from . import names
 from .conditions import rfc3339
 from .leadership import LeaseRecord
-from .manifests import JobRef
+from .names import JobRef
 
 T = TypeVar("T")
 

@@ -14,6 +14,8 @@ them (scheduling gate ``kueue.x-k8s.io/admission``) until their Workload is admi
   WorkloadPriorityClass named by the job's annotation :data:`EXTRAS_PRIORITY_ANNOTATION` (when
   set), so that preemption takes extras first and the job shrinks instead of dying.
 
+Kueue's names live in ``kueue_names``, the job's queueing settings (``KueueSpec``) in ``spec``.
+
 The operator creates extras only while the core is admitted and deletes them when the core lost
 its admission (preempted and queued again): a queued job never holds part of its GPUs. The
 managed etcd pod carries no queue label: Kueue neither gates it nor counts it against quota.
@@ -25,81 +27,24 @@ import hashlib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .spec import SpecError
+from .kueue_names import (
+    GROUP_LABEL,
+    GROUP_TOTAL_ANNOTATION,
+    LABEL_PART,
+    PART_CORE,
+    PART_EXTRA,
+    PRIORITY_LABEL,
+    QUEUE_LABEL,
+    RETRIABLE_ANNOTATION,
+)
+from .names import JobRef
+from .observed import PodView
+from .spec import JobSpec, parse_kueue
+from .status import JobStatus
 
-if TYPE_CHECKING:
-    from .manifests import JobRef
-    from .observed import PodView
-    from .spec import JobSpec
-    from .status import JobStatus
-
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
-GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
-GROUP_TOTAL_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
-RETRIABLE_ANNOTATION = "kueue.x-k8s.io/retriable-in-group"
-"""``"false"`` on the core's pods: once none of them is active, Kueue counts the group finished
-and releases its quota. Without it Kueue keeps a group whose pods all failed or were deleted
-(suspend, job deletion, preemption) admitted, waiting for replacements."""
-ADMISSION_GATE = "kueue.x-k8s.io/admission"
-"""The scheduling gate Kueue's pod webhook adds and removes on admission."""
-EXTRAS_PRIORITY_ANNOTATION = "kueue.elasticjob.dev/extras-priority-class"
-"""On the job: the WorkloadPriorityClass of its extras (default: the core's)."""
-LABEL_PART = "elasticjob.dev/kueue-part"
-"""On worker pods of a queued job: ``core`` or ``extra``."""
-PART_CORE = "core"
-PART_EXTRA = "extra"
-
-_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$")
 _WEBHOOK_REFUSAL = re.compile(r'failed calling webhook \\?"(?P<hook>[^"\\]+)', re.IGNORECASE)
-
-
-class KueueSpecError(SpecError):
-    """The job's Kueue settings are contradictory or malformed; the message names the field."""
-
-
-@dataclass(frozen=True)
-class KueueSpec:
-    """How a job is queued (``None`` on ``JobSpec.kueue`` when it is not)."""
-
-    queue_name: str
-    """The LocalQueue in the job's namespace."""
-    priority_class: str | None = None
-    """WorkloadPriorityClass of the core (the job's ``kueue.x-k8s.io/priority-class`` label)."""
-    extras_priority_class: str | None = None
-    """WorkloadPriorityClass of the extras (:data:`EXTRAS_PRIORITY_ANNOTATION`)."""
-
-
-def parse_kueue(spec: Mapping[str, Any], metadata: Mapping[str, Any]) -> KueueSpec | None:
-    """The job's queueing from ``spec.queueName`` and the job's labels/annotations.
-
-    ``spec.queueName`` and the label ``kueue.x-k8s.io/queue-name`` may both be set only to the
-    same value. Raises :class:`KueueSpecError` naming the field otherwise.
-    """
-    labels = metadata.get("labels") or {}
-    annotations = metadata.get("annotations") or {}
-    from_spec = spec.get("queueName")
-    from_label = labels.get(QUEUE_LABEL)
-    for field, value in (("spec.queueName", from_spec), (f"label {QUEUE_LABEL}", from_label)):
-        if value is not None and (not isinstance(value, str) or not _NAME.match(value)):
-            raise KueueSpecError(f"{field} must name a LocalQueue (a DNS label), got {value!r}")
-    if from_spec and from_label and from_spec != from_label:
-        raise KueueSpecError(
-            f"spec.queueName ({from_spec!r}) and the job's label {QUEUE_LABEL} ({from_label!r}) "
-            "disagree: set one of them, or both to the same LocalQueue"
-        )
-    queue = from_spec or from_label
-    if not queue:
-        return None
-    priority = labels.get(PRIORITY_LABEL) or None
-    extras = annotations.get(EXTRAS_PRIORITY_ANNOTATION) or None
-    for field, value in ((f"label {PRIORITY_LABEL}", priority),
-                         (f"annotation {EXTRAS_PRIORITY_ANNOTATION}", extras)):  # fmt: skip
-        if value is not None and not _NAME.match(str(value)):
-            raise KueueSpecError(f"{field} must name a WorkloadPriorityClass, got {value!r}")
-    return KueueSpec(str(queue), priority, extras)
 
 
 def attach(spec: JobSpec, body: Mapping[str, Any]) -> JobSpec:
@@ -145,14 +90,6 @@ def worker_metadata(
     if priority:
         labels[PRIORITY_LABEL] = priority
     return labels, annotations
-
-
-def admission_gated(pod_spec: Mapping[str, Any]) -> bool:
-    """Whether Kueue's admission gate holds the pod (its Workload is not admitted)."""
-    return any(
-        isinstance(g, Mapping) and g.get("name") == ADMISSION_GATE
-        for g in pod_spec.get("schedulingGates") or []
-    )
 
 
 # -- planning ------------------------------------------------------------------------------------

@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from elasticjob_agent.protocol.endpoints import Endpoint, TlsFiles
 from elasticjob_agent.protocol.health import DEFAULT_HEALTH_PORT
 
 from . import kueue, names
 from .agent_command import (
     AGENT,
-    ETCD_TLS_DIR,
     POD_IP_ENV,
     AgentTarget,
     agent_args,
@@ -26,7 +25,12 @@ from .spec import EtcdMode, JobSpec, SpecError
 GPU_RESOURCE = "nvidia.com/gpu"
 ETCD_DATA_ROOT = "/var/lib/elasticjob-etcd"
 ETCD_TLS_VOLUME = "elasticjob-etcd-tls"
-ETCD_SERVER_TLS_DIR = "/etc/etcd/tls"
+WORKER_TLS = TlsFiles(
+    cacert=f"{names.ETCD_TLS_DIR}/{names.TLS_CA}",
+    cert=f"{names.ETCD_TLS_DIR}/{names.TLS_CERT}",
+    key=f"{names.ETCD_TLS_DIR}/{names.TLS_KEY}",
+)
+"""The etcd client files as a worker pod sees them (mounted from the job's TLS Secret)."""
 ETCD_UID = 65532
 """The managed etcd runs as this unprivileged user (the etcd image works as any uid)."""
 WORKER_GRACE_SECONDS = 60
@@ -37,41 +41,19 @@ SHM_VOLUME = "elasticjob-shm"
 SHM_PATH = "/dev/shm"
 
 
-@dataclass(frozen=True)
-class JobRef:
-    """The identity of the owning ``ElasticJob``."""
-
-    namespace: str
-    name: str
-    uid: str
-
-    @property
-    def run_id(self) -> str:
-        return names.run_id(self.namespace, self.name, self.uid)
-
-    def owner_reference(self) -> dict[str, Any]:
-        return {
-            "apiVersion": names.API_VERSION,
-            "kind": names.KIND,
-            "name": self.name,
-            "uid": self.uid,
-            "controller": True,
-            "blockOwnerDeletion": True,
-        }
-
-
-def rdzv_endpoints(job: JobRef, spec: JobSpec) -> tuple[str, ...]:
-    """etcd client endpoints the agents use: the managed Service or the external list, as
-    ``https://host:port`` when the job's etcd speaks TLS (never silently downgraded)."""
+def rdzv_endpoints(job: names.JobRef, spec: JobSpec) -> tuple[Endpoint, ...]:
+    """etcd client endpoints the agents use: the managed Service or the external list, with
+    the worker's TLS files when the job's etcd speaks TLS (never silently downgraded)."""
     if spec.etcd.mode is EtcdMode.EXTERNAL:
         hosts = spec.etcd.endpoints
     else:
         service = names.etcd_service_name(job.name)
-        hosts = (f"{service}.{job.namespace}.svc:{names.ETCD_CLIENT_PORT}",)
-    return tuple(f"https://{h}" for h in hosts) if spec.etcd.tls else hosts
+        hosts = (Endpoint(f"{service}.{job.namespace}.svc", names.ETCD_CLIENT_PORT),)
+    tls = WORKER_TLS if spec.etcd.tls else None
+    return tuple(Endpoint(e.host, e.port, tls) for e in hosts)
 
 
-def etcd_tls_secret(job: JobRef, spec: JobSpec) -> str | None:
+def etcd_tls_secret(job: names.JobRef, spec: JobSpec) -> str | None:
     """The Secret with the client certificate the job's agents present, if its etcd is TLS."""
     if not spec.etcd.tls:
         return None
@@ -80,7 +62,7 @@ def etcd_tls_secret(job: JobRef, spec: JobSpec) -> str | None:
     return names.etcd_tls_secret_name(job.name)
 
 
-def build_etcd_tls_secret(job: JobRef, data: Mapping[str, str]) -> dict[str, Any]:
+def build_etcd_tls_secret(job: names.JobRef, data: Mapping[str, str]) -> dict[str, Any]:
     """The Secret of the managed etcd's certificates (``pki.JobPki.secret_data()``), owned by
     the job: deleted with it, never rewritten while it lives."""
     return {
@@ -125,7 +107,7 @@ def nproc_per_node(spec: JobSpec) -> int:
     return int(spec.nproc_per_node)
 
 
-def build_worker_pod(job: JobRef, spec: JobSpec, index: int, attempt: int) -> dict[str, Any]:
+def build_worker_pod(job: names.JobRef, spec: JobSpec, index: int, attempt: int) -> dict[str, Any]:
     """Worker pod ``index`` (attempt ``attempt``): the template with the trainer under the agent."""
     name = names.worker_pod_name(job.name, index, attempt)
     template = copy.deepcopy(dict(spec.template))
@@ -146,7 +128,6 @@ def build_worker_pod(job: JobRef, spec: JobSpec, index: int, attempt: int) -> di
         run_id=job.run_id,
         node_id=name,
         nproc_per_node=nproc_per_node(spec),
-        tls=secret is not None,
         grace_seconds=grace,
     )
     argv = training_argv(trainer.get("command", []), trainer.get("args", []))
@@ -172,12 +153,17 @@ def build_worker_pod(job: JobRef, spec: JobSpec, index: int, attempt: int) -> di
         # Only the client side of the Secret: the server key stays with etcd.
         trainer["volumeMounts"] = [
             *[m for m in trainer.get("volumeMounts", []) if m.get("name") != ETCD_TLS_VOLUME],
-            {"name": ETCD_TLS_VOLUME, "mountPath": ETCD_TLS_DIR, "readOnly": True},
+            {"name": ETCD_TLS_VOLUME, "mountPath": names.ETCD_TLS_DIR, "readOnly": True},
         ]
+        # The job's own Secret holds the agents' pair under its client keys.
         client_files = (
-            [("ca.crt", "ca.crt"), ("client.crt", "tls.crt"), ("client.key", "tls.key")]
+            [
+                (names.TLS_CA, names.TLS_CA),
+                (names.TLS_CLIENT_CERT, names.TLS_CERT),
+                (names.TLS_CLIENT_KEY, names.TLS_KEY),
+            ]
             if spec.etcd.mode is EtcdMode.MANAGED
-            else [("ca.crt", "ca.crt"), ("tls.crt", "tls.crt"), ("tls.key", "tls.key")]
+            else [(k, k) for k in names.TLS_FILES]
         )
         pod_spec["volumes"] = [
             *[v for v in pod_spec.get("volumes", []) if v.get("name") != ETCD_TLS_VOLUME],
@@ -246,7 +232,7 @@ def _placement(spec: JobSpec) -> dict[str, Any]:
     return placement
 
 
-def build_etcd_pod(job: JobRef, spec: JobSpec, generation: int) -> dict[str, Any]:
+def build_etcd_pod(job: names.JobRef, spec: JobSpec, generation: int) -> dict[str, Any]:
     """The managed single-member etcd of a job; a new generation starts with empty data."""
     name = names.etcd_pod_name(job.name, generation)
     tls = spec.etcd.tls
@@ -269,9 +255,9 @@ def build_etcd_pod(job: JobRef, spec: JobSpec, generation: int) -> dict[str, Any
                 [
                     # Mutual TLS: only holders of a certificate signed by the job's own CA.
                     "--client-cert-auth",
-                    f"--trusted-ca-file={ETCD_SERVER_TLS_DIR}/ca.crt",
-                    f"--cert-file={ETCD_SERVER_TLS_DIR}/tls.crt",
-                    f"--key-file={ETCD_SERVER_TLS_DIR}/tls.key",
+                    f"--trusted-ca-file={names.ETCD_SERVER_TLS_DIR}/{names.TLS_CA}",
+                    f"--cert-file={names.ETCD_SERVER_TLS_DIR}/{names.TLS_CERT}",
+                    f"--key-file={names.ETCD_SERVER_TLS_DIR}/{names.TLS_KEY}",
                 ]
                 if tls
                 else []
@@ -288,7 +274,13 @@ def build_etcd_pod(job: JobRef, spec: JobSpec, generation: int) -> dict[str, Any
         "volumeMounts": [
             {"name": "data", "mountPath": ETCD_DATA_ROOT},
             *(
-                [{"name": ETCD_TLS_VOLUME, "mountPath": ETCD_SERVER_TLS_DIR, "readOnly": True}]
+                [
+                    {
+                        "name": ETCD_TLS_VOLUME,
+                        "mountPath": names.ETCD_SERVER_TLS_DIR,
+                        "readOnly": True,
+                    }
+                ]
                 if tls
                 else []
             ),
@@ -345,9 +337,7 @@ def build_etcd_pod(job: JobRef, spec: JobSpec, generation: int) -> dict[str, Any
                             "secret": {
                                 "secretName": names.etcd_tls_secret_name(job.name),
                                 "defaultMode": 0o440,
-                                "items": [
-                                    {"key": k, "path": k} for k in ("ca.crt", "tls.crt", "tls.key")
-                                ],
+                                "items": [{"key": k, "path": k} for k in names.TLS_FILES],
                             },
                         }
                     ]
@@ -359,7 +349,7 @@ def build_etcd_pod(job: JobRef, spec: JobSpec, generation: int) -> dict[str, Any
     }
 
 
-def build_etcd_service(job: JobRef) -> dict[str, Any]:
+def build_etcd_service(job: names.JobRef) -> dict[str, Any]:
     """ClusterIP Service of the managed etcd: agents keep one address across generations."""
     return {
         "apiVersion": "v1",
@@ -384,7 +374,7 @@ def build_etcd_service(job: JobRef) -> dict[str, Any]:
     }
 
 
-def build_workers_service(job: JobRef) -> dict[str, Any]:
+def build_workers_service(job: names.JobRef) -> dict[str, Any]:
     """Headless Service over the workers (stable DNS, and a place to find the health ports)."""
     return {
         "apiVersion": "v1",

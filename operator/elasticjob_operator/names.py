@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import re
+from dataclasses import dataclass
+from typing import Any
 
 from elasticjob_agent.protocol.keys import validate_run_id
 
@@ -30,6 +32,22 @@ ROLE_ETCD = "etcd"
 
 ETCD_CLIENT_PORT = 2379
 ETCD_METRICS_PORT = 2381
+
+# The etcd TLS files, named once. A Secret holds them under these keys (kubernetes.io/tls's
+# names plus the CA), and pods mount them under the same names: the workers the client pair
+# in ETCD_TLS_DIR, the managed etcd its server pair in ETCD_SERVER_TLS_DIR.
+TLS_CA = "ca.crt"
+TLS_CERT = "tls.crt"
+TLS_KEY = "tls.key"
+TLS_FILES = (TLS_CA, TLS_CERT, TLS_KEY)
+TLS_CLIENT_CERT = "client.crt"
+"""The job's own Secret (managed etcd) holds the server pair as ``TLS_CERT``/``TLS_KEY`` and
+the agents' client pair under these two keys."""
+TLS_CLIENT_KEY = "client.key"
+ETCD_TLS_DIR = "/etc/elasticjob/etcd-tls"
+"""Where worker pods mount the etcd client files (``TLS_CA``, ``TLS_CERT``, ``TLS_KEY``)."""
+ETCD_SERVER_TLS_DIR = "/etc/etcd/tls"
+"""Where the managed etcd pod mounts its server files."""
 """Plain-HTTP ``/health`` and ``/metrics`` of the managed etcd (its readiness probe)."""
 HEALTH_PORT_NAME = "health"
 
@@ -99,3 +117,26 @@ def run_id(namespace: str, name: str, uid: str) -> str:
     if len(base) > 200:
         base = base[:180] + "-" + hashlib.sha256(base.encode()).hexdigest()[:12]
     return validate_run_id(f"{base}-{uid.replace('-', '')[:8]}")
+
+
+@dataclass(frozen=True)
+class JobRef:
+    """The identity of the owning ``ElasticJob``."""
+
+    namespace: str
+    name: str
+    uid: str
+
+    @property
+    def run_id(self) -> str:
+        return run_id(self.namespace, self.name, self.uid)
+
+    def owner_reference(self) -> dict[str, Any]:
+        return {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }

@@ -22,7 +22,7 @@ from typing import Any
 from elasticjob_agent.protocol.health import DEFAULT_HEALTH_PORT
 
 from . import names
-from .manifests import JobRef
+from .names import JobRef
 
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 """Set by the API server on every namespace: selects a namespace by its name."""

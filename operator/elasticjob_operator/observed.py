@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
@@ -23,7 +23,7 @@ from elasticjob_agent.protocol.health import HealthReport
 
 from . import names
 from .agent_command import AGENT
-from .kueue import admission_gated
+from .kueue_names import admission_gated
 
 START_FAILURE_REASONS = frozenset(
     {
@@ -126,7 +126,7 @@ class PodView:
     ready: bool = False
     """The kubelet reports the pod ``Ready`` (for etcd: its readiness probe on ``/health``)."""
     gated: bool = False
-    """Kueue's admission gate holds it (``kueue.admission_gated``)."""
+    """Kueue's admission gate holds it (``kueue_names.admission_gated``)."""
     last_failure: WorkerFailure | None = None
     """The root cause its agent left in the main container's termination message, once that
     container terminated (the kubelet keeps it after the agent, and its health report, are
@@ -158,6 +158,18 @@ class Observed:
     """The operator's own etcd probe; ``None`` when there was nothing to probe yet."""
     kueue_reason: str | None = None
     """Why Kueue has not admitted the core's Workload (its condition message), if read."""
+
+
+def current_workers(pods: Sequence[PodView], attempts: Mapping[int, int]) -> dict[int, PodView]:
+    """The newest pod per replica index whose attempt is at least the recorded one."""
+    current: dict[int, PodView] = {}
+    for pod in pods:
+        if pod.attempt < attempts.get(pod.index, 0):
+            continue
+        best = current.get(pod.index)
+        if best is None or pod.attempt > best.attempt:
+            current[pod.index] = pod
+    return current
 
 
 def pod_view(pod: Mapping[str, Any]) -> PodView | None:

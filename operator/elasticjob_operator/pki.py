@@ -23,15 +23,11 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from . import names
+
 VALIDITY_DAYS = 3650
 """Certificates outlive any job: they are never renewed while the job lives."""
 CLUSTER_DOMAIN = "cluster.local"
-
-CA_CERT = "ca.crt"
-SERVER_CERT = "tls.crt"
-SERVER_KEY = "tls.key"
-CLIENT_CERT = "client.crt"
-CLIENT_KEY = "client.key"
 
 
 @dataclass(frozen=True)
@@ -46,23 +42,35 @@ class JobPki:
 
     def secret_data(self) -> dict[str, str]:
         return {
-            CA_CERT: self.ca_cert,
-            SERVER_CERT: self.server_cert,
-            SERVER_KEY: self.server_key,
-            CLIENT_CERT: self.client_cert,
-            CLIENT_KEY: self.client_key,
+            names.TLS_CA: self.ca_cert,
+            names.TLS_CERT: self.server_cert,
+            names.TLS_KEY: self.server_key,
+            names.TLS_CLIENT_CERT: self.client_cert,
+            names.TLS_CLIENT_KEY: self.client_key,
         }
 
     @classmethod
     def from_secret_data(cls, data: dict[str, str]) -> JobPki:
         """The inverse of ``secret_data``; ``ValueError`` naming a missing key."""
         missing = [
-            k for k in (CA_CERT, SERVER_CERT, SERVER_KEY, CLIENT_CERT, CLIENT_KEY) if k not in data
+            k
+            for k in (
+                names.TLS_CA,
+                names.TLS_CERT,
+                names.TLS_KEY,
+                names.TLS_CLIENT_CERT,
+                names.TLS_CLIENT_KEY,
+            )
+            if k not in data
         ]
         if missing:
             raise ValueError(f"etcd TLS Secret lacks {', '.join(missing)}")
         return cls(
-            data[CA_CERT], data[SERVER_CERT], data[SERVER_KEY], data[CLIENT_CERT], data[CLIENT_KEY]
+            data[names.TLS_CA],
+            data[names.TLS_CERT],
+            data[names.TLS_KEY],
+            data[names.TLS_CLIENT_CERT],
+            data[names.TLS_CLIENT_KEY],
         )
 
 

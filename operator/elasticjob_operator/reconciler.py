@@ -20,7 +20,8 @@ import aiohttp
 
 from . import cadence, kueue, manifests, metrics, names, pki, planning, probes
 from .kube import ConflictKubeError, Kube, KubeError, PermanentKubeError
-from .manifests import JobRef, owned_by
+from .manifests import owned_by
+from .names import JobRef
 from .netpol import PolicySettings, build_network_policies
 from .observed import Observed, PodPhase, PodView
 from .spec import EtcdMode, JobSpec, SpecError, parse_spec
@@ -368,7 +369,7 @@ class JobLoop:
         targets = {p.name: p.ip for p in workers if p.ip and p.phase is PodPhase.RUNNING}
         endpoints: list[str] = []
         if spec.etcd.mode is EtcdMode.EXTERNAL:
-            endpoints = list(spec.etcd.endpoints)
+            endpoints = [str(e) for e in spec.etcd.endpoints]
         else:
             current = max(etcd_pods, key=lambda p: p.index, default=None)
             if current is not None and current.ip and current.phase is PodPhase.RUNNING:
@@ -492,10 +493,10 @@ class JobLoop:
                 )
             else:
                 data = found.data
-                missing = [k for k in ("ca.crt", "tls.crt", "tls.key") if k not in data]
+                missing = [k for k in names.TLS_FILES if k not in data]
                 if missing:
                     raise ValueError(f"the Secret lacks {', '.join(missing)}")
-                tls = probes.client_tls(data["ca.crt"], data["tls.crt"], data["tls.key"])
+                tls = probes.client_tls(*(data[k] for k in names.TLS_FILES))
         except (ValueError, ssl.SSLError) as exc:
             raise PermanentKubeError(f"{what}: {exc}", 422, str(exc), what) from exc
         self._tls_cache = (secret, tls)

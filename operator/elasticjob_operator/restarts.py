@@ -2,18 +2,20 @@
 
 The rule (docs/operator.md, "Restart semantics"):
 
-- Group restarts that agents see (``failure``, ``timer``, ``membership``, ``preemption``) are
-  counted by the agents in etcd, once per torn-down round. The operator copies them into its
-  status as a per-reason maximum of its own value and every agent's report, so the durable count
-  never decreases, also when etcd is lost and the agents start again from a lower number.
+- Group restarts that agents see (``failure``, ``timer``, ``hang``, ``membership``,
+  ``preemption``) are counted by the agents in etcd, once per torn-down round. The operator
+  copies them into its status as a per-reason maximum of its own value and every agent's
+  report, so the durable count never decreases, also when etcd is lost and the agents start
+  again from a lower number.
 - ``etcd-recovered`` is counted by the operator alone, once per managed etcd it recreates; what
   agents report under that reason is ignored.
 - ``pod-failure`` and ``pod-lost`` are counted by the operator alone, for a replaced worker pod
   whose agent never joined a completed round: no agent could have counted the restart.
   A replaced pod whose agent had joined is not counted by the operator (the agents counted the
   group restart its loss caused).
-- ``failure``, ``timer`` and ``pod-failure`` spend ``maxRestarts``; the job fails when they
-  exceed it. The rest is free.
+- ``failure``, ``timer``, ``hang`` and ``pod-failure`` spend ``maxRestarts``
+  (``SPENDS_BUDGET``); the job fails when they exceed it (``budget_spent``, the agents' own
+  rule). The rest is free.
 """
 
 from __future__ import annotations

@@ -12,10 +12,12 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from .kueue import KueueSpec
+from elasticjob_agent.protocol.endpoints import Endpoint, parse_endpoints
+from elasticjob_agent.protocol.restarts import JOB_MAX_RESTARTS_DEFAULT
+
+from .kueue_names import EXTRAS_PRIORITY_ANNOTATION, PRIORITY_LABEL, QUEUE_LABEL
 
 TRAINER_CONTAINER = "trainer"
 MIN_PROGRESS_TIMEOUT_SECONDS = 10
@@ -23,8 +25,58 @@ MIN_PROGRESS_TIMEOUT_SECONDS = 10
 slow step on a loaded node is not mistaken for a hang."""
 
 
+_KUEUE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$")
+"""A LocalQueue's or WorkloadPriorityClass's name."""
+
+
 class SpecError(ValueError):
     """The spec cannot be run as written; the message names the field and what to fix."""
+
+
+class KueueSpecError(SpecError):
+    """The job's Kueue settings are contradictory or malformed; the message names the field."""
+
+
+@dataclass(frozen=True)
+class KueueSpec:
+    """How a job is queued (``None`` on ``JobSpec.kueue`` when it is not)."""
+
+    queue_name: str
+    """The LocalQueue in the job's namespace."""
+    priority_class: str | None = None
+    """WorkloadPriorityClass of the core (the job's ``kueue.x-k8s.io/priority-class`` label)."""
+    extras_priority_class: str | None = None
+    """WorkloadPriorityClass of the extras (:data:`EXTRAS_PRIORITY_ANNOTATION`)."""
+
+
+def parse_kueue(spec: Mapping[str, Any], metadata: Mapping[str, Any]) -> KueueSpec | None:
+    """The job's queueing from ``spec.queueName`` and the job's labels/annotations.
+
+    ``spec.queueName`` and the label ``kueue.x-k8s.io/queue-name`` may both be set only to the
+    same value. Raises :class:`KueueSpecError` naming the field otherwise.
+    """
+    labels = metadata.get("labels") or {}
+    annotations = metadata.get("annotations") or {}
+    from_spec = spec.get("queueName")
+    from_label = labels.get(QUEUE_LABEL)
+    for field, value in (("spec.queueName", from_spec), (f"label {QUEUE_LABEL}", from_label)):
+        if value is not None and (not isinstance(value, str) or not _KUEUE_NAME.match(value)):
+            raise KueueSpecError(f"{field} must name a LocalQueue (a DNS label), got {value!r}")
+    if from_spec and from_label and from_spec != from_label:
+        raise KueueSpecError(
+            f"spec.queueName ({from_spec!r}) and the job's label {QUEUE_LABEL} ({from_label!r}) "
+            "disagree: set one of them, or both to the same LocalQueue"
+        )
+    queue = from_spec or from_label
+    if not queue:
+        return None
+    priority = labels.get(PRIORITY_LABEL) or None
+    extras = annotations.get(EXTRAS_PRIORITY_ANNOTATION) or None
+    for field, value in ((f"label {PRIORITY_LABEL}", priority),
+                         (f"annotation {EXTRAS_PRIORITY_ANNOTATION}", extras)):  # fmt: skip
+        if value is not None and not _KUEUE_NAME.match(str(value)):
+            raise KueueSpecError(f"{field} must name a WorkloadPriorityClass, got {value!r}")
+    return KueueSpec(str(queue), priority, extras)
 
 
 class EtcdMode(StrEnum):
@@ -52,8 +104,9 @@ class RendezvousSpec:
 @dataclass(frozen=True)
 class EtcdSpec:
     mode: EtcdMode = EtcdMode.MANAGED
-    endpoints: tuple[str, ...] = ()
-    """External mode only: ``host:port`` client endpoints."""
+    endpoints: tuple[Endpoint, ...] = ()
+    """External mode only: the client endpoints, parsed (``host:port`` in the spec; the
+    operator adds TLS from ``tls_secret_name``)."""
     image: str = "quay.io/coreos/etcd:v3.5.17"
     key_prefix: str = "/elasticjob"
     resources: Mapping[str, Any] | None = None
@@ -181,7 +234,9 @@ def parse_spec(spec: Mapping[str, Any]) -> JobSpec:
         max_nodes=max_nodes,
         nproc_per_node=nproc,
         device=device,
-        max_restarts=_int(spec, "maxRestarts", "spec.maxRestarts", minimum=0, default=3),
+        max_restarts=_int(
+            spec, "maxRestarts", "spec.maxRestarts", minimum=0, default=JOB_MAX_RESTARTS_DEFAULT
+        ),
         monitor_interval_seconds=float(interval),
         stall_timeout_seconds=_int(
             spec, "stallTimeoutSeconds", "spec.stallTimeoutSeconds", minimum=1, default=300
@@ -223,6 +278,24 @@ def _rendezvous(raw: Mapping[str, Any]) -> RendezvousSpec:
     return result
 
 
+def _endpoints(raw: Any) -> tuple[Endpoint, ...]:
+    """``spec.etcd.endpoints``: ``host:port`` entries, read by the agents' own parser."""
+    if not isinstance(raw, list) or not all(isinstance(e, str) for e in raw):
+        raise SpecError(f"spec.etcd.endpoints must be a list of host:port, got {raw!r}")
+    parsed: list[Endpoint] = []
+    for i, text in enumerate(raw):
+        if "://" in text or "," in text:
+            raise SpecError(
+                f"spec.etcd.endpoints[{i}] must be one host:port, got {text!r} (no scheme: "
+                "spec.etcd.tlsSecretName turns TLS on)"
+            )
+        try:
+            parsed.extend(parse_endpoints(text, default_port=None))
+        except ValueError as exc:
+            raise SpecError(f"spec.etcd.endpoints[{i}]: {exc}") from None
+    return tuple(parsed)
+
+
 def _etcd(raw: Mapping[str, Any]) -> EtcdSpec:
     try:
         mode = EtcdMode(raw.get("mode", "Managed"))
@@ -230,12 +303,7 @@ def _etcd(raw: Mapping[str, Any]) -> EtcdSpec:
         raise SpecError(
             f"spec.etcd.mode must be 'Managed' or 'External', got {raw.get('mode')!r}"
         ) from None
-    endpoints = raw.get("endpoints") or []
-    if not isinstance(endpoints, list) or not all(
-        isinstance(e, str) and e.rpartition(":")[2].isdigit() and e.rpartition(":")[0]
-        for e in endpoints
-    ):
-        raise SpecError(f"spec.etcd.endpoints must be a list of host:port, got {endpoints!r}")
+    endpoints = _endpoints(raw.get("endpoints") or [])
     if mode is EtcdMode.EXTERNAL and not endpoints:
         raise SpecError(
             "spec.etcd.endpoints must list at least one host:port when spec.etcd.mode is External"
@@ -268,7 +336,7 @@ def _etcd(raw: Mapping[str, Any]) -> EtcdSpec:
         raise SpecError("spec.etcd.insecure is for Managed mode; External mode uses tlsSecretName")
     return EtcdSpec(
         mode=mode,
-        endpoints=tuple(endpoints),
+        endpoints=endpoints,
         image=image,
         key_prefix=prefix,
         resources=copy.deepcopy(dict(resources)) if resources else None,

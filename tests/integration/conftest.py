@@ -23,7 +23,6 @@ import datetime
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -33,16 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from elasticjob_agent.ports import free_port
 from elasticjob_operator import pki
 
 _START_TIMEOUT = 20.0
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass(frozen=True)

@@ -38,9 +38,11 @@ from typing import Any
 import grpc
 from aetcd import rpc
 
+from elasticjob_agent.errors import RendezvousConnectionError
 from elasticjob_agent.etcd import pacing
-from elasticjob_agent.etcd.endpoints import Endpoint, parse_endpoints
-from elasticjob_agent.rendezvous.errors import RendezvousConnectionError
+from elasticjob_agent.etcd.messages import compare_message, op_range, range_request, write_message
+from elasticjob_agent.etcd.txn import Cas
+from elasticjob_agent.protocol.endpoints import Endpoint, parse_endpoints
 
 
 def _from_server(exc: BaseException) -> bool:
@@ -135,94 +137,6 @@ class Reachability:
     """Unix time of the last successful request."""
     unreachable_since: float | None
     """Unix time of the first failure of the current outage; ``None`` while reachable."""
-
-
-def prefix_end(prefix: bytes) -> bytes:
-    """The ``range_end`` that selects every key starting with ``prefix``."""
-    end = bytearray(prefix)
-    for i in reversed(range(len(end))):
-        if end[i] < 0xFF:
-            end[i] += 1
-            return bytes(end[: i + 1])
-    return b"\0"
-
-
-# --- transaction building blocks (plain protobuf messages) ---------------------------------
-
-
-def cmp_version(key: bytes, op: str, version: int) -> Any:
-    """Compare a key's version (0 = absent) with ``op`` in ``== != < >``."""
-    return rpc.Compare(key=key, target=rpc.Compare.VERSION, result=_OPS[op], version=version)
-
-
-def cmp_mod(key: bytes, op: str, revision: int) -> Any:
-    """Compare a key's mod revision (0 = absent)."""
-    return rpc.Compare(key=key, target=rpc.Compare.MOD, result=_OPS[op], mod_revision=revision)
-
-
-def cmp_create(key: bytes, op: str, revision: int) -> Any:
-    """Compare a key's create revision (0 = absent)."""
-    return rpc.Compare(
-        key=key, target=rpc.Compare.CREATE, result=_OPS[op], create_revision=revision
-    )
-
-
-def cmp_value(key: bytes, op: str, value: bytes) -> Any:
-    return rpc.Compare(key=key, target=rpc.Compare.VALUE, result=_OPS[op], value=value)
-
-
-_OPS = {
-    "==": rpc.Compare.EQUAL,
-    "!=": rpc.Compare.NOT_EQUAL,
-    "<": rpc.Compare.LESS,
-    ">": rpc.Compare.GREATER,
-}
-
-
-def is_put(event: Any) -> bool:
-    """Whether a watch event is a put (else a delete)."""
-    return bool(event.type == rpc.Event.PUT)
-
-
-def op_put(key: bytes, value: bytes, lease: int = 0) -> Any:
-    return rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value, lease=lease))
-
-
-def op_delete(key: bytes, range_end: bytes = b"") -> Any:
-    return rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key, range_end=range_end))
-
-
-def range_request(
-    key: bytes,
-    range_end: bytes = b"",
-    *,
-    count_only: bool = False,
-    keys_only: bool = False,
-    limit: int = 0,
-    revision: int = 0,
-    sort_create: str | None = None,
-    max_create_revision: int = 0,
-) -> Any:
-    """A RangeRequest; ``sort_create`` is ``"ascend"``/``"descend"`` by create revision."""
-    req = rpc.RangeRequest(
-        key=key,
-        range_end=range_end,
-        count_only=count_only,
-        keys_only=keys_only,
-        limit=limit,
-        revision=revision,
-        max_create_revision=max_create_revision,
-    )
-    if sort_create is not None:
-        req.sort_target = rpc.RangeRequest.CREATE
-        req.sort_order = (
-            rpc.RangeRequest.ASCEND if sort_create == "ascend" else rpc.RangeRequest.DESCEND
-        )
-    return req
-
-
-def op_range(key: bytes, range_end: bytes = b"", **kwargs: Any) -> Any:
-    return rpc.RequestOp(request_range=range_request(key, range_end, **kwargs))
 
 
 def _dropped_under(exc: asyncio.CancelledError) -> RendezvousConnectionError:
@@ -455,6 +369,16 @@ class EtcdClient:
         if not response.succeeded:
             self.failed_txns += 1
         return response
+
+    async def cas(self, cas: Cas, lease: int = 0) -> Any:
+        """Send the compare-and-swap ``cas`` (``etcd.txn``); ``lease`` goes to its puts
+        ``on_lease``. The ``TxnResponse``: on failure, ``responses[i]`` reads back
+        ``cas.read_on_failure[i]``."""
+        return await self.txn(
+            [compare_message(c) for c in cas.compare],
+            [write_message(w, lease) for w in cas.success],
+            [op_range(key) for key in cas.read_on_failure],
+        )
 
     # --- leases -----------------------------------------------------------------------------
 

@@ -16,9 +16,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from elasticjob_agent.errors import RendezvousConnectionError
 from elasticjob_agent.etcd import pacing
 from elasticjob_agent.etcd.client import LeaseNotFoundError, caller_budget
-from elasticjob_agent.rendezvous.errors import RendezvousConnectionError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -20,14 +20,9 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from elasticjob_agent.etcd.client import (
-    EtcdClient,
-    LeaseNotFoundError,
-    Reachability,
-    caller_budget,
-)
-from elasticjob_agent.etcd.endpoints import Endpoint
-from elasticjob_agent.rendezvous.errors import RendezvousConnectionError
+from elasticjob_agent.errors import RendezvousConnectionError
+from elasticjob_agent.etcd.client import EtcdClient, LeaseNotFoundError, Reachability, caller_budget
+from elasticjob_agent.protocol.endpoints import Endpoint
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -69,6 +69,14 @@ SPENDS_BUDGET = frozenset(
 AGENT_COUNTED = frozenset(r.value for r in RestartReason if r is not RestartReason.ETCD_RECOVERED)
 """The reasons agents count in etcd (``etcd-recovered`` is the operator's alone)."""
 
+JOB_MAX_RESTARTS_DEFAULT = 3
+"""An ``ElasticJob``'s ``spec.maxRestarts`` when it sets none: the CRD's default (a unit test
+holds the CRD to it) and the operator's, which passes it to every agent as ``--max-restarts``."""
+TORCHRUN_MAX_RESTARTS_DEFAULT = 0
+"""``--max-restarts`` of an agent started without it: torchrun's default, so that a torchrun
+command line means the same under ``elasticjob-agent``. Pods the operator creates always pass
+the job's value."""
+
 BUDGET_SPENT_REASON = "MaxRestartsExceeded"
 """The ``close-reason`` an agent writes when it closed the rendezvous on a spent budget."""
 

@@ -17,13 +17,13 @@ from typing import Any, TypeVar
 
 from torch.distributed.elastic.rendezvous.dynamic_rendezvous import RendezvousBackend, Token
 
-from elasticjob_agent.etcd.client import cmp_mod, cmp_version, op_put, op_range
-from elasticjob_agent.etcd.endpoints import Endpoint
+from elasticjob_agent.errors import RendezvousStateError
 from elasticjob_agent.etcd.retry import retry_until
 from elasticjob_agent.etcd.session import EtcdSession
+from elasticjob_agent.protocol.endpoints import Endpoint
 from elasticjob_agent.protocol.keys import DEFAULT_PREFIX, JobKeys
+from elasticjob_agent.rendezvous import store_transactions
 from elasticjob_agent.rendezvous.config import BACKEND_NAME, RendezvousConfig, request_timeout_for
-from elasticjob_agent.rendezvous.errors import RendezvousStateError
 from elasticjob_agent.rendezvous.store import EtcdStore
 from elasticjob_agent.rendezvous.wire import RendezvousKeys, decode, encode
 
@@ -89,18 +89,11 @@ class EtcdV3RendezvousBackend(RendezvousBackend):
         An unknown token (not one this backend handed out) never matches.
         """
         value = encode(state=base64.b64encode(state).decode())
-        if token is None:
-            guard = cmp_version(self._key, "==", 0)
-        elif isinstance(token, int) and not isinstance(token, bool):
-            guard = cmp_mod(self._key, "==", token)
-        else:
+        if token is not None and (not isinstance(token, int) or isinstance(token, bool)):
             current = self.get_state()
             return None if current is None else (*current, False)
-        response = self._run(
-            lambda: self.session.client.txn(
-                [guard], [op_put(self._key, value)], [op_range(self._key)]
-            )
-        )
+        cas = store_transactions.set_state(self._key, value, token)
+        response = self._run(lambda: self.session.client.cas(cas))
         if response.succeeded:
             return state, int(response.header.revision), True
         kvs = response.responses[0].response_range.kvs

@@ -66,7 +66,7 @@ def _ours(exc: Exception) -> Exception:
     """torch's rendezvous error as ours (the supervisor's taxonomy); others unchanged."""
     from torch.distributed.elastic.rendezvous import api  # noqa: PLC0415
 
-    from elasticjob_agent.rendezvous import errors  # noqa: PLC0415
+    from elasticjob_agent import errors  # noqa: PLC0415
 
     if isinstance(exc, errors.RendezvousError) or not isinstance(exc, api.RendezvousError):
         return exc

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from elasticjob_agent.etcd.endpoints import TLS_KEYS, Endpoint, parse_endpoints, tls_from_conf
+from elasticjob_agent.protocol.endpoints import TLS_KEYS, Endpoint, parse_endpoints, tls_from_conf
 from elasticjob_agent.protocol.keys import DEFAULT_PREFIX, JobKeys
 
 BACKEND_NAME = "etcd-v3"
@@ -117,23 +117,47 @@ class RendezvousConfig:
 
     @classmethod
     def from_parameters(cls, params: Any) -> RendezvousConfig:
-        """Build from torch's ``RendezvousParameters`` (``--rdzv-*`` flags and ``--rdzv-conf``).
+        """Build from torch's ``RendezvousParameters`` (``--rdzv-*`` flags and ``--rdzv-conf``),
+        as torchrun hands them to the ``etcd-v3`` plugin: the endpoint text is parsed here, with
+        the TLS keys of the conf; the rest is ``from_conf``.
 
         ``--rdzv-conf`` keys: join_timeout, last_call_timeout, close_timeout, heartbeat,
         key_prefix, etcd_timeout, node_id, and TLS: cacert, cert, key, protocol (see
-        docs/contracts.md and ``elasticjob_agent.etcd.endpoints``). Raises ``ValueError`` naming
-        the bad key or value.
+        docs/contracts.md and ``elasticjob_agent.protocol.endpoints``). Raises ``ValueError``
+        naming the bad key or value.
         """
         conf: Mapping[str, Any] = dict(params.config)
-        unknown = sorted(set(conf) - set(_FLOAT_KEYS) - set(_OTHER_KEYS) - _IGNORED_KEYS)
-        if unknown:
-            raise ValueError(
-                f"unknown --rdzv-conf key(s) {', '.join(unknown)} for backend {BACKEND_NAME}; "
-                f"known: {', '.join((*_FLOAT_KEYS, *_OTHER_KEYS))}"
-            )
+        _check_keys(conf)
         tls, protocol = tls_from_conf(
             {k: None if conf.get(k) is None else str(conf[k]) for k in (*TLS_KEYS, "protocol")}
         )
+        endpoint = params.endpoint or ""
+        if not endpoint.strip():
+            raise ValueError("rendezvous endpoint is empty: pass --rdzv-endpoint host:port")
+        return cls.from_conf(
+            run_id=params.run_id,
+            endpoints=parse_endpoints(endpoint, tls, protocol),
+            min_nodes=int(params.min_nodes),
+            max_nodes=int(params.max_nodes),
+            conf=conf,
+            local_addr=params.local_addr,
+        )
+
+    @classmethod
+    def from_conf(
+        cls,
+        *,
+        run_id: str,
+        endpoints: tuple[Endpoint, ...],
+        min_nodes: int,
+        max_nodes: int,
+        conf: Mapping[str, Any],
+        local_addr: str | None = None,
+    ) -> RendezvousConfig:
+        """Build from parsed endpoints (TLS included) and the ``--rdzv-conf`` knobs: the
+        agent's own path, from its parsed arguments. TLS keys in ``conf`` are not read again
+        (``endpoints`` carry them). Raises ``ValueError`` naming the bad key or value."""
+        _check_keys(conf)
         numbers: dict[str, float] = {}
         for name in _FLOAT_KEYS:
             if name in conf and conf[name] is not None:
@@ -144,20 +168,26 @@ class RendezvousConfig:
                     raise ValueError(
                         f"--rdzv-conf {name}={raw!r} is not a number of seconds"
                     ) from None
-        endpoint = params.endpoint or ""
-        if not endpoint.strip():
-            raise ValueError("rendezvous endpoint is empty: pass --rdzv-endpoint host:port")
         extra: dict[str, Any] = {}
         if conf.get("key_prefix"):
             extra["key_prefix"] = str(conf["key_prefix"])
         if conf.get("node_id"):
             extra["node_id"] = str(conf["node_id"])
         config = cls(
-            run_id=params.run_id,
-            endpoints=parse_endpoints(endpoint, tls, protocol),
-            min_nodes=int(params.min_nodes),
-            max_nodes=int(params.max_nodes),
-            local_addr=params.local_addr,
+            run_id=run_id,
+            endpoints=endpoints,
+            min_nodes=min_nodes,
+            max_nodes=max_nodes,
+            local_addr=local_addr,
         )
         overrides: dict[str, Any] = {**numbers, **extra}
         return replace(config, **overrides)
+
+
+def _check_keys(conf: Mapping[str, Any]) -> None:
+    unknown = sorted(set(conf) - set(_FLOAT_KEYS) - set(_OTHER_KEYS) - _IGNORED_KEYS)
+    if unknown:
+        raise ValueError(
+            f"unknown --rdzv-conf key(s) {', '.join(unknown)} for backend {BACKEND_NAME}; "
+            f"known: {', '.join((*_FLOAT_KEYS, *_OTHER_KEYS))}"
+        )

@@ -16,48 +16,42 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Protocol, TypeVar
 
-from elasticjob_agent.etcd.client import (
-    EtcdClient,
-    cmp_mod,
-    cmp_value,
-    cmp_version,
-    is_put,
-    op_delete,
-    op_put,
-    op_range,
-    prefix_end,
-)
-from elasticjob_agent.etcd.retry import retry_until
-from elasticjob_agent.rendezvous import rank_table, transactions
-from elasticjob_agent.rendezvous.deadline import ClockTimer, DeadlineReached, Timer, until
-from elasticjob_agent.rendezvous.errors import (
+from elasticjob_agent.errors import (
     RendezvousClosedError,
     RendezvousConnectionError,
     RendezvousStateError,
     RendezvousTimeoutError,
 )
+from elasticjob_agent.etcd.client import EtcdClient
+from elasticjob_agent.etcd.messages import (
+    compare_message,
+    is_put,
+    prefix_end,
+    range_message,
+    write_message,
+)
+from elasticjob_agent.etcd.retry import retry_until
+from elasticjob_agent.etcd.txn import Cas, Put
+from elasticjob_agent.rendezvous import rank_table, snapshot_reads, transactions
+from elasticjob_agent.rendezvous.deadline import ClockTimer, DeadlineReached, Timer, until
+from elasticjob_agent.rendezvous.snapshot_reads import SNAPSHOT_RANGES
 from elasticjob_agent.rendezvous.state import (
     Action,
     Context,
-    Joiner,
     Kind,
     Membership,
     Roster,
     Snapshot,
     decide,
 )
-from elasticjob_agent.rendezvous.transactions import Compare, Put, Target, Txn, Write
+from elasticjob_agent.rendezvous.transactions import Txn
 from elasticjob_agent.rendezvous.watching import first_events
 from elasticjob_agent.rendezvous.wire import (
     RendezvousKeys,
-    decode,
-    decode_float,
-    decode_int,
 )
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-_SNAPSHOT_OPS = 7
 
 
 class LeaseSource(Protocol):
@@ -146,65 +140,29 @@ class Executor:
     # --- snapshots ------------------------------------------------------------------------
 
     def _snapshot_ops(self, p: int) -> list[Any]:
-        k = self.keys
-        joined = k.joined_prefix(p)
-        return [
-            op_range(k.closed),
-            op_range(k.round),
-            op_range(k.waiting(self.node)),
-            op_range(k.complete(p)),
-            op_range(joined, prefix_end(joined), count_only=True),
-            op_range(k.joined(p, self.node)),
-            op_range(k.last_call(p)),
-        ]
+        return [range_message(r) for r in snapshot_reads.snapshot_ranges(self.keys, p, self.node)]
 
     async def _parse(
         self, response: Any, guess: int, max_nodes: int, roster: Roster | None = None
     ) -> Snapshot | None:
         """The snapshot in the last ranges of ``response``, or ``None`` if ``guess`` was not
         the current round."""
-        k = self.keys
-        rs = [r.response_range for r in response.responses[-_SNAPSHOT_OPS:]]
-        closed, pointer, waiting, complete, joined, mine, last_call = rs
-        p = decode_int(k.round, pointer.kvs[0].value, "round") if pointer.kvs else 0
-        if p != guess:
-            return None
-        last_call_kv = last_call.kvs[0] if last_call.kvs else None
-        record = (
-            rank_table.decode_record(k.complete(p), bytes(complete.kvs[0].value))
-            if complete.kvs
-            else None
-        )
-        snap = Snapshot(
+        results = [r.response_range for r in response.responses[-SNAPSHOT_RANGES:]]
+        parsed = snapshot_reads.parse_snapshot(
+            self.keys,
+            results,
+            node=self.node,
+            lease=self._lease.id,
             revision=int(response.header.revision),
-            closed=bool(closed.kvs),
-            round=p,
-            round_mod=int(pointer.kvs[0].mod_revision) if pointer.kvs else 0,
-            completed=record is not None,
-            joined=int(joined.count),
-            # A key left by an earlier process with our node id is not ours: it is on another
-            # lease. Treating it as ours would put a new process into a round it never joined.
-            my_create=(
-                int(mine.kvs[0].create_revision)
-                if mine.kvs and mine.kvs[0].lease == self._lease.id
-                else 0
-            ),
-            last_call=(
-                decode_float(k.last_call(p), last_call_kv.value, "deadline")
-                if last_call_kv is not None
-                else None
-            ),
-            last_call_mod=int(last_call_kv.mod_revision) if last_call_kv is not None else 0,
-            waiting=bool(waiting.kvs),
-            last_call_mine=(
-                last_call_kv is not None
-                and decode(k.last_call(p), bytes(last_call_kv.value)).get("by") == self.node
-            ),
+            guess=guess,
             roster=roster,
         )
-        if record is not None:
+        if parsed is None:
+            return None
+        snap = parsed.snapshot
+        if parsed.record is not None:
             membership = await self._membership(
-                record, int(complete.kvs[0].mod_revision), snap.my_create, max_nodes
+                parsed.record, parsed.record_mod, snap.my_create, max_nodes
             )
             snap = replace(snap, membership=membership)
         return snap
@@ -239,25 +197,14 @@ class Executor:
         """The snapshot of round ``p`` with who joined it (``Kind.ROSTER``): the first
         ``max_nodes`` joined keys (keys only) and the first one's address, in one request. The
         completer reads this once per round (an index walk of the round in etcd)."""
-        joined = self.keys.joined_prefix(p)
-        end = prefix_end(joined)
         ops = [
-            op_range(joined, end, limit=max_nodes, keys_only=True),
-            op_range(joined, end, limit=1),
-            op_range(self.keys.joins(p)),
+            *(range_message(r) for r in snapshot_reads.roster_ranges(self.keys, p, max_nodes)),
             *self._snapshot_ops(p),
         ]
         response = await self.client.txn([], ops)
-        names, first, joins = (r.response_range for r in response.responses[:3])
-        members = tuple(
-            Joiner(bytes(kv.key)[len(joined) :].decode(), int(kv.create_revision))
-            for kv in names.kvs
-        )
-        master: tuple[str, int] | None = None
-        if first.kvs:
-            master = _advertised(bytes(first.kvs[0].key), bytes(first.kvs[0].value))
-        joins_mod = int(joins.kvs[0].mod_revision) if joins.kvs else 0
-        snap = await self._parse(response, p, max_nodes, Roster(members, master, joins_mod))
+        results = [r.response_range for r in response.responses[:3]]
+        roster = snapshot_reads.parse_roster(self.keys, p, results)
+        snap = await self._parse(response, p, max_nodes, roster)
         return snap if snap is not None else await self.read(p, max_nodes)
 
     async def read(self, guess: int, max_nodes: int) -> Snapshot:
@@ -267,8 +214,8 @@ class Executor:
             snap = await self._parse(response, guess, max_nodes)
             if snap is not None:
                 return snap
-            pointer = response.responses[1].response_range.kvs
-            guess = decode_int(self.keys.round, pointer[0].value, "round") if pointer else 0
+            results = [r.response_range for r in response.responses[-SNAPSHOT_RANGES:]]
+            guess = snapshot_reads.pointer_round(self.keys, results)
 
     async def join_or_read(self, guess: int, max_nodes: int) -> Snapshot:
         """What ``decide`` would do first on a fresh call, without the read before it: join
@@ -285,8 +232,7 @@ class Executor:
         """Send ``txn`` without reading anything back; whether its compares held."""
         on_lease = any(isinstance(w, Put) and w.on_lease for w in txn.success)
         lease = await self._lease.current() if on_lease else 0
-        compares = [_compare(c) for c in txn.compare]
-        response = await self.client.txn(compares, [_write(w, lease) for w in txn.success])
+        response = await self.client.cas(Cas(txn.compare, txn.success), lease)
         return bool(response.succeeded)
 
     async def send(self, txn: Txn, max_nodes: int) -> Snapshot:
@@ -294,8 +240,8 @@ class Executor:
         on_lease = any(isinstance(w, Put) and w.on_lease for w in txn.success)
         lease = await self._lease.current() if on_lease else 0
         return await self._act(
-            [_compare(c) for c in txn.compare],
-            [_write(w, lease) for w in txn.success],
+            [compare_message(c) for c in txn.compare],
+            [write_message(w, lease) for w in txn.success],
             txn.then_read,
             max_nodes,
         )
@@ -389,31 +335,3 @@ class Executor:
             await self.write(transactions.leave(self.keys, self.node, p))
         except Exception as exc:  # cleanup must not hide the timeout
             log.warning("could not leave round %d (node=%s): %s", p, self.node, exc)
-
-
-def _advertised(key: bytes, value: bytes) -> tuple[str, int]:
-    data = decode(key, value)
-    addr, port = data.get("addr"), data.get("port")
-    if not isinstance(addr, str) or not isinstance(port, int) or isinstance(port, bool):
-        raise RendezvousStateError(
-            f"corrupt rendezvous state at {key.decode()!r}: joined key without addr/port"
-        )
-    return addr, port
-
-
-def _compare(c: Compare) -> Any:
-    if c.target is Target.VALUE:
-        if not isinstance(c.expected, bytes):
-            raise TypeError(f"a value compare needs bytes: {c}")
-        return cmp_value(c.key, "==", c.expected)
-    if not isinstance(c.expected, int):
-        raise TypeError(f"a {c.target.value} compare needs an integer: {c}")
-    if c.target is Target.MOD:
-        return cmp_mod(c.key, "==", c.expected)
-    return cmp_version(c.key, "==", c.expected)
-
-
-def _write(w: Write, lease: int) -> Any:
-    if isinstance(w, Put):
-        return op_put(w.key, w.value, lease if w.on_lease else 0)
-    return op_delete(w.key)

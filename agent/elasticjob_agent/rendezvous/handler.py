@@ -15,8 +15,9 @@ from torch.distributed.elastic.rendezvous.api import (
     RendezvousStoreInfo,
 )
 
-from elasticjob_agent.etcd.client import op_range, prefix_end
+from elasticjob_agent.etcd.messages import op_range, prefix_end
 from elasticjob_agent.etcd.session import EtcdSession
+from elasticjob_agent.ports import free_port
 from elasticjob_agent.rendezvous import transactions
 from elasticjob_agent.rendezvous.config import BACKEND_NAME, RendezvousConfig
 from elasticjob_agent.rendezvous.executor import Executor, Outcome
@@ -25,13 +26,6 @@ from elasticjob_agent.rendezvous.store import EtcdStore
 from elasticjob_agent.rendezvous.wire import RendezvousKeys, decode_int
 
 log = logging.getLogger(__name__)
-
-
-def free_port() -> int:
-    """A TCP port that is free on every local address right now (for the round's master)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("", 0))
-        return int(sock.getsockname()[1])
 
 
 class EtcdRendezvousHandler(RendezvousHandler):
@@ -66,7 +60,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
             self._session.lease,
             etcd_timeout=config.etcd_timeout,
             clock=clock,
-            advertise=lambda: (config.local_addr or socket.getfqdn(), free_port()),
+            advertise=lambda: (config.local_addr or socket.getfqdn(), free_port("")),
         )
         self._clock = clock
         self._lock = threading.Lock()

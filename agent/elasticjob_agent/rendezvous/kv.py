@@ -14,7 +14,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from elasticjob_agent.etcd.client import EtcdClient, is_put, op_put, op_range
+from elasticjob_agent.etcd.client import EtcdClient
+from elasticjob_agent.etcd.messages import is_put, op_put, op_range
 from elasticjob_agent.rendezvous.deadline import ClockTimer, DeadlineReached, Timer, until
 from elasticjob_agent.rendezvous.watching import events_until
 

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from elasticjob_agent.rendezvous.errors import RendezvousStateError
+from elasticjob_agent.errors import RendezvousStateError
 from elasticjob_agent.rendezvous.state import Membership, Roster
 from elasticjob_agent.rendezvous.wire import RendezvousKeys, decode, encode
 

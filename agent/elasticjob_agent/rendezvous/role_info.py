@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypeGuard
 
-from elasticjob_agent.rendezvous.errors import RendezvousStateError
+from elasticjob_agent.errors import RendezvousStateError
 
 
 @dataclass(frozen=True)

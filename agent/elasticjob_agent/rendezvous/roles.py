@@ -28,7 +28,7 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from elasticjob_agent.rendezvous.errors import RendezvousStateError
+from elasticjob_agent.errors import RendezvousStateError
 from elasticjob_agent.rendezvous.role_info import RankAssignment, RoleInfo
 
 ROLE_PREFIX = "elasticjob/roles/"

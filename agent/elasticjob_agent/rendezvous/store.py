@@ -20,21 +20,18 @@ from typing import TypeVar
 
 import torch.distributed as dist
 
-from elasticjob_agent.etcd.client import (
-    EtcdClient,
-    cmp_mod,
-    cmp_value,
-    cmp_version,
-    op_put,
+from elasticjob_agent.errors import RendezvousConnectionError
+from elasticjob_agent.etcd.client import EtcdClient
+from elasticjob_agent.etcd.messages import (
     op_range,
     prefix_end,
 )
-from elasticjob_agent.etcd.endpoints import Endpoint, parse_endpoints
 from elasticjob_agent.etcd.retry import retry_until
 from elasticjob_agent.etcd.session import EtcdSession
+from elasticjob_agent.protocol.endpoints import Endpoint, parse_endpoints
+from elasticjob_agent.rendezvous import store_transactions
 from elasticjob_agent.rendezvous.config import MAX_REQUEST_TIMEOUT
 from elasticjob_agent.rendezvous.deadline import ClockTimer, DeadlineReached, until
-from elasticjob_agent.rendezvous.errors import RendezvousConnectionError
 from elasticjob_agent.rendezvous.kv import AsyncEtcdStore, StoreTimeout
 from elasticjob_agent.rendezvous.watching import first_events
 
@@ -171,9 +168,7 @@ class EtcdStore(dist.Store):  # type: ignore[misc,name-defined]  # torch stubs l
                 current = int(kv.value) if kv is not None else 0
                 new = str(current + int(amount)).encode()
                 fence = int(kv.mod_revision) if kv is not None else 0
-                response = await self._client.txn(
-                    [cmp_mod(k, "==", fence)], [op_put(k, new), op_put(marker, new)]
-                )
+                response = await self._client.cas(store_transactions.add(k, marker, fence, new))
                 if response.succeeded:
                     return int(new)
 
@@ -188,11 +183,8 @@ class EtcdStore(dist.Store):  # type: ignore[misc,name-defined]  # torch stubs l
         returns ``expected`` (torch's semantics).
         """
         k, expected, desired = self._key(key), _bytes(expected_value), _bytes(desired_value)
-        guard = cmp_version(k, "==", 0) if not expected else cmp_value(k, "==", expected)
-        response = self._run(
-            lambda: self._client.txn([guard], [op_put(k, desired)], [op_range(k)]),
-            self._seconds(None),
-        )
+        cas = store_transactions.compare_set(k, expected, desired)
+        response = self._run(lambda: self._client.cas(cas), self._seconds(None))
         if response.succeeded:
             return desired
         kvs = response.responses[0].response_range.kvs

@@ -7,48 +7,18 @@ interprets the same ``Txn``, so the randomized schedules check the transactions 
 sends, not a copy of them.
 
 Every compare is an equality (etcd's ``==``): on a key's version (0 = absent), its mod revision
-(0 = absent) or its value.
+(0 = absent) or its value. The compares and writes are ``etcd.txn``'s values, shared with the
+store's and the restart counter's transactions.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 
+from elasticjob_agent.etcd.txn import Compare, Delete, Put, Target, Write, mod_is, version_is
 from elasticjob_agent.rendezvous import rank_table
 from elasticjob_agent.rendezvous.state import Action, Kind, Snapshot
 from elasticjob_agent.rendezvous.wire import RendezvousKeys, encode
-
-
-class Target(StrEnum):
-    VERSION = "version"
-    MOD = "mod"
-    VALUE = "value"
-
-
-@dataclass(frozen=True)
-class Compare:
-    """``key``'s ``target`` equals ``expected``."""
-
-    key: bytes
-    target: Target
-    expected: int | bytes
-
-
-@dataclass(frozen=True)
-class Put:
-    key: bytes
-    value: bytes
-    on_lease: bool = False
-    """Attach the key to the node's lease (it vanishes when the node does)."""
-
-
-@dataclass(frozen=True)
-class Delete:
-    key: bytes
-
-
-Write = Put | Delete
 
 
 @dataclass(frozen=True)
@@ -61,12 +31,8 @@ class Txn:
     then_read: int
 
 
-def _version(key: bytes, expected: int) -> Compare:
-    return Compare(key, Target.VERSION, expected)
-
-
-def _mod(key: bytes, expected: int) -> Compare:
-    return Compare(key, Target.MOD, expected)
+_version = version_is
+_mod = mod_is
 
 
 def _join_writes(

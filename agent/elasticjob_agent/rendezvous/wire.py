@@ -33,8 +33,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from elasticjob_agent.errors import RendezvousStateError
 from elasticjob_agent.protocol.keys import JobKeys
-from elasticjob_agent.rendezvous.errors import RendezvousStateError
 
 WIRE_VERSION = 1
 

@@ -1,6 +1,7 @@
 """The job-wide restart counter in etcd: one count per group restart, whichever agent sees it.
 
-Values and their codecs: ``protocol.restarts``. Layout (``protocol.keys``):
+Values and their codecs: ``protocol.restarts``; the reads and the counting write as pure
+values: ``restart_transactions``. Layout (``protocol.keys``):
 ``<restarts>/<reason>`` decimal counters, ``<restarts>/events/<round>`` one record per
 torn-down round, ``<root>/restart-seed`` written by the operator, and ``<root>/close-reason``
 when an agent closed the rendezvous because the budget was spent.
@@ -11,9 +12,9 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from elasticjob_agent.etcd.client import cmp_create, cmp_mod, op_put, op_range, prefix_end
+from elasticjob_agent.etcd.messages import op_range, prefix_end
 from elasticjob_agent.etcd.retry import retry_until
 from elasticjob_agent.etcd.session import EtcdSession
 from elasticjob_agent.protocol.keys import JobKeys
@@ -21,13 +22,10 @@ from elasticjob_agent.protocol.restarts import (
     RestartCounts,
     RestartReason,
     decode_close_reason,
-    decode_counter,
     decode_event_reason,
-    decode_seed,
     encode_close_reason,
-    encode_counter,
-    encode_event,
 )
+from elasticjob_agent.supervision import restart_transactions
 
 T = TypeVar("T")
 
@@ -39,15 +37,6 @@ class Recorded:
     counted: bool
     reason: RestartReason
     counts: RestartCounts
-
-
-@dataclass(frozen=True)
-class _Stored:
-    counts: RestartCounts
-    revisions: dict[str, int]
-    """Mod revision per counter key present."""
-    seed: tuple[RestartCounts, int] | None
-    """The seed and its mod revision, when no counter exists yet."""
 
 
 class JobRestartCounter:
@@ -83,27 +72,14 @@ class JobRestartCounter:
             )
         )
 
-    async def _stored(self) -> _Stored:
+    async def _stored(self) -> restart_transactions.Stored:
         """The counters and the seed in one read (one transaction of two ranges)."""
-        restarts = (self._keys.restarts + "/").encode()
-        seed_key = self._keys.restart_seed
+        prefix = restart_transactions.counters_prefix(self._keys)
         response = await self._session.client.txn(
-            [], [op_range(restarts, prefix_end(restarts)), op_range(seed_key.encode())]
+            [], [op_range(prefix, prefix_end(prefix)), op_range(self._keys.restart_seed.encode())]
         )
-        stored_kvs, seed_kvs = (r.response_range.kvs for r in response.responses)
-        stored = {bytes(kv.key).decode(errors="replace"): kv for kv in stored_kvs}
-        counts: dict[str, int] = {}
-        revisions: dict[str, int] = {}
-        for reason in RestartReason:
-            key = self._keys.restart_counter(reason)
-            kv = stored.get(key)
-            if kv is not None:
-                counts[reason.value] = decode_counter(key, bytes(kv.value))
-                revisions[key] = int(kv.mod_revision)
-        if counts or not seed_kvs:
-            return _Stored(RestartCounts(counts), revisions, None)
-        seeded = decode_seed(seed_key, bytes(seed_kvs[0].value))
-        return _Stored(seeded, revisions, (seeded, int(seed_kvs[0].mod_revision)))
+        counters, seed = (r.response_range.kvs for r in response.responses)
+        return restart_transactions.parse_stored(self._keys, counters, seed)
 
     def read(self) -> RestartCounts:
         """The job's counts now (the seed when no agent has counted yet)."""
@@ -129,23 +105,10 @@ class JobRestartCounter:
                 winner = decode_event_reason(event_key, bytes(existing.value))
                 return Recorded(False, winner, (await self._stored()).counts)
             stored = await self._stored()
-            new = stored.counts.plus(reason)
-            to_write = (
-                new.by_reason
-                if stored.seed is not None
-                else {reason.value: new.by_reason[reason.value]}
+            cas, new = restart_transactions.record(
+                self._keys, stored, round_, reason, node=self._node, at=time.time()
             )
-            compare: list[Any] = [cmp_create(event_key.encode(), "==", 0)]
-            for r in RestartReason:
-                key = self._keys.restart_counter(r)
-                compare.append(cmp_mod(key.encode(), "==", stored.revisions.get(key, 0)))
-            if stored.seed is not None:
-                compare.append(cmp_mod(self._keys.restart_seed.encode(), "==", stored.seed[1]))
-            success = [op_put(event_key.encode(), encode_event(reason, self._node, time.time()))]
-            for name, value in to_write.items():
-                key = self._keys.restart_counter(RestartReason(name))
-                success.append(op_put(key.encode(), encode_counter(value)))
-            response = await client.txn(compare, success)
+            response = await client.cas(cas)
             return Recorded(True, reason, new) if response.succeeded else None
 
         while True:

@@ -6,7 +6,6 @@ capabilities, no privilege escalation. It must come up healthy and act on an Ela
 from __future__ import annotations
 
 import shutil
-import socket
 import urllib.error
 import urllib.request
 import uuid
@@ -14,18 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from elasticjob_agent.ports import free_port
 from elasticjob_localcluster import LocalCluster
 
 from tests.e2e.images.imagetools import REFS, REPO, Podman
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _healthy(url: str) -> bool:
@@ -48,7 +41,7 @@ def test_operator_image_runs_read_only_as_uid_10001(
         kubeconfig = tmp_path / "kubeconfig"
         shutil.copy(cluster.kubeconfig, kubeconfig)
         kubeconfig.chmod(0o644)
-        health, metrics = _free_port(), _free_port()
+        health, metrics = free_port(), free_port()
         name = podman.start(
             "--network=host",
             "--user=10001:10001",

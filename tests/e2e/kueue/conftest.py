@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 from elasticjob_localcluster import LocalCluster
-from elasticjob_localcluster.kueue import MANAGED_NAMESPACE_LABEL, build_kueue, start_kueue
+from elasticjob_localcluster.kueue import MANAGED_NAMESPACE_LABEL, build_kueue
 
 from tests.e2e.operator.conftest import REPO, OperatorProcess, job_manifest
 
@@ -34,7 +34,7 @@ def kueue(cluster: LocalCluster) -> dict[str, Any]:
     # Build here (a no-op once cached): a cold build takes minutes, longer than the cluster
     # process's control requests may.
     build_kueue()
-    info = start_kueue(cluster)
+    info = cluster.start_kueue()
     cluster.apply(
         {
             "apiVersion": "kueue.x-k8s.io/v1beta2",

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 from elasticjob_localcluster import LocalCluster
-from elasticjob_localcluster.kueue import start_kueue, stop_kueue
 
 from tests.e2e.kueue.conftest import events, gpu_job
 from tests.e2e.operator.conftest import phase, st, wait_job
@@ -15,7 +14,7 @@ pytestmark = pytest.mark.e2e
 
 
 def test_refused_pod_creation_is_reported(cluster: LocalCluster, kq: str) -> None:
-    stop_kueue(cluster)
+    cluster.stop_kueue()
     try:
         cluster.apply(gpu_job("blocked", replicas=2, min_nodes=2), kq)
         job = wait_job(
@@ -29,7 +28,7 @@ def test_refused_pod_creation_is_reported(cluster: LocalCluster, kq: str) -> Non
         assert len(warnings) == 1 and warnings[0]["type"] == "Warning"
         assert cluster.get_json("pods", "-n", kq)["items"] == []
     finally:
-        start_kueue(cluster)
+        cluster.start_kueue()
     wait_job(
         cluster, kq, "blocked", "training once Kueue is back",
         lambda j: phase(j) == "Running" and st(j).get("worldSize") == 2, timeout=300,

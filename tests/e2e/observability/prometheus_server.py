@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import shutil
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from elasticjob_agent.ports import free_port
 
 SCRAPE_INTERVAL = "1s"
 
@@ -29,17 +29,11 @@ class PrometheusError(RuntimeError):
     """Prometheus did not start, or a query failed."""
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass
 class Prometheus:
     workdir: Path
     scrape_jobs: tuple[str, ...] = ("elasticjob-operator", "elasticjob-agents")
-    port: int = field(default_factory=_free_port)
+    port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
 
     @property

@@ -12,7 +12,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -22,6 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
+from elasticjob_agent.ports import free_port
 from elasticjob_localcluster import LocalCluster
 from elasticjob_localcluster.placement import on_virtual_nodes
 
@@ -39,12 +39,6 @@ POOL = [f"ejop-{i}" for i in range(1, 25)]
 """Namespaces the operator watches; each test takes the next one."""
 
 pytestmark = pytest.mark.e2e
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class OperatorProcess:

@@ -7,7 +7,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,16 +15,12 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from elasticjob_agent.ports import free_port
+
 REPO = Path(__file__).resolve().parents[3]
 TRAIN = REPO / "examples" / "train.py"
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 AGENT = [sys.executable, "-m", "elasticjob_agent"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def pid_alive(pid: int) -> bool:
@@ -173,8 +168,8 @@ def rdzv_flags(endpoint: str, run_id: str, nnodes: str, **conf: float | str) -> 
 
 @contextlib.contextmanager
 def _counter(endpoint: str, run_id: str) -> Iterator[Any]:
-    from elasticjob_agent.etcd.endpoints import parse_endpoints  # noqa: PLC0415
     from elasticjob_agent.etcd.session import EtcdSession  # noqa: PLC0415
+    from elasticjob_agent.protocol.endpoints import parse_endpoints  # noqa: PLC0415
     from elasticjob_agent.protocol.keys import JobKeys  # noqa: PLC0415
     from elasticjob_agent.supervision.restart_counter import JobRestartCounter  # noqa: PLC0415
 
@@ -197,7 +192,7 @@ def expire_lease_of(endpoint: str, run_id: str, node: str) -> None:
     import asyncio  # noqa: PLC0415
 
     from elasticjob_agent.etcd.client import EtcdClient  # noqa: PLC0415
-    from elasticjob_agent.etcd.endpoints import parse_endpoints  # noqa: PLC0415
+    from elasticjob_agent.protocol.endpoints import parse_endpoints  # noqa: PLC0415
     from elasticjob_agent.protocol.keys import JobKeys  # noqa: PLC0415
     from elasticjob_agent.rendezvous.wire import RendezvousKeys  # noqa: PLC0415
 

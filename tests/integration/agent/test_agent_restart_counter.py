@@ -10,11 +10,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from elasticjob_agent.etcd.endpoints import parse_endpoints
+from elasticjob_agent.errors import RendezvousConnectionError
 from elasticjob_agent.etcd.session import EtcdSession
+from elasticjob_agent.protocol.endpoints import parse_endpoints
 from elasticjob_agent.protocol.keys import JobKeys
 from elasticjob_agent.protocol.restarts import BUDGET_SPENT_REASON, RestartReason, RestartStateError
-from elasticjob_agent.rendezvous.errors import RendezvousConnectionError
 from elasticjob_agent.supervision.restart_counter import JobRestartCounter
 
 

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_harness import TRAIN, Agent, free_port, wait_for
+from agent_harness import TRAIN, Agent, wait_for
+from elasticjob_agent.ports import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -17,7 +17,8 @@ import time
 from collections.abc import Callable
 
 import pytest
-from elasticjob_agent.etcd.client import EtcdClient, cmp_version, op_put, prefix_end
+from elasticjob_agent.etcd.client import EtcdClient
+from elasticjob_agent.etcd.messages import cmp_version, op_put, prefix_end
 from elasticjob_agent.etcd.retry import retry_until
 from elasticjob_agent.etcd.session import LeaseKeeper
 from elasticjob_agent.protocol.keys import JobKeys

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from elasticjob_agent.errors import RendezvousConnectionError
 from elasticjob_agent.rendezvous.config import RendezvousConfig
-from elasticjob_agent.rendezvous.errors import RendezvousConnectionError
 from elasticjob_agent.rendezvous.handler import EtcdRendezvousHandler
 from torch.distributed.elastic.rendezvous import RendezvousParameters
 

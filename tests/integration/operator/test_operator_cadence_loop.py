@@ -20,7 +20,7 @@ import pytest
 from elasticjob_agent.protocol.health import DEFAULT_HEALTH_PORT
 from elasticjob_operator import cadence, names, probes
 from elasticjob_operator.kube import Kube
-from elasticjob_operator.manifests import JobRef
+from elasticjob_operator.names import JobRef
 from elasticjob_operator.reconciler import JobLoop, LoopSettings, OwnedPod
 from elasticjob_operator.spec import JobSpec, parse_spec
 from elasticjob_operator.status import JobStatus, Phase

@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from elasticjob_agent.ports import free_port
 from elasticjob_agent.protocol.keys import JobKeys
-from elasticjob_operator import manifests, pki, probes, seeding
+from elasticjob_operator import manifests, names, pki, probes, seeding
 
-from tests.integration.conftest import etcd_binary, free_port
+from tests.integration.conftest import etcd_binary
 from tests.unit.operator.opfixtures import job_spec
 
 SERVICE = "demo-etcd.ns.svc"
@@ -38,9 +39,9 @@ class TlsEtcd:
 def _etcd_command(folder: Path, port: int, peer: int) -> list[str]:
     binary = etcd_binary()
     # The managed etcd pod's flags (manifests.build_etcd_pod), on loopback ports.
-    pod = manifests.build_etcd_pod(manifests.JobRef("ns", "demo", "u"), job_spec(), 0)
+    pod = manifests.build_etcd_pod(names.JobRef("ns", "demo", "u"), job_spec(), 0)
     tls_flags = [
-        f.replace(manifests.ETCD_SERVER_TLS_DIR, str(folder))
+        f.replace(names.ETCD_SERVER_TLS_DIR, str(folder))
         for f in pod["spec"]["containers"][0]["command"]
         if f == "--client-cert-auth"
         or f.startswith(("--trusted-ca-file", "--cert-file", "--key-file"))

@@ -19,8 +19,8 @@ from typing import Any
 
 import aiohttp
 import pytest
-from elasticjob_agent.etcd.endpoints import parse_endpoints
 from elasticjob_agent.etcd.session import EtcdSession
+from elasticjob_agent.protocol.endpoints import parse_endpoints
 from elasticjob_agent.protocol.health import AgentState, EtcdStatus, HealthReport
 from elasticjob_agent.protocol.keys import JobKeys
 from elasticjob_agent.protocol.restarts import RestartReason

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from elasticjob_agent.etcd.endpoints import parse_endpoints
+from elasticjob_agent.protocol.endpoints import parse_endpoints
 from elasticjob_agent.rendezvous.config import RendezvousConfig
 from elasticjob_agent.rendezvous.handler import EtcdRendezvousHandler
 

@@ -11,14 +11,15 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from elasticjob_agent.etcd.endpoints import parse_endpoints
+from elasticjob_agent.ports import free_port
+from elasticjob_agent.protocol.endpoints import parse_endpoints
 from elasticjob_agent.rendezvous.backend import EtcdV3RendezvousBackend
 from torch.distributed import TCPStore  # type: ignore[attr-defined]
 from torch.distributed.elastic.rendezvous import RendezvousStateError
 from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
 from torch.distributed.elastic.rendezvous.dynamic_rendezvous import RendezvousBackend
 
-from tests.integration.conftest import EtcdServer, free_port
+from tests.integration.conftest import EtcdServer
 
 
 @dataclass

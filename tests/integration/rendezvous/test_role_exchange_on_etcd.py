@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from elasticjob_agent.rendezvous.errors import RendezvousStateError
+from elasticjob_agent.errors import RendezvousStateError
 from elasticjob_agent.rendezvous.role_info import RankAssignment, RoleInfo, assign_ranks
 from elasticjob_agent.rendezvous.roles import TABLE_KEY, exchange_roles
 from elasticjob_agent.rendezvous.store import EtcdStore

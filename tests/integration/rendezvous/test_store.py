@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import torch.distributed as dist
-from elasticjob_agent.rendezvous.errors import RendezvousConnectionError
+from elasticjob_agent.errors import RendezvousConnectionError
 from elasticjob_agent.rendezvous.store import EtcdStore
 
 from tests.integration.conftest import EtcdServer

@@ -12,7 +12,7 @@ from elasticjob_agent.args import (
     parse_rdzv_conf,
     resolve_nproc,
 )
-from elasticjob_agent.etcd.endpoints import Endpoint
+from elasticjob_agent.protocol.endpoints import Endpoint
 
 BASE = ["--rdzv-endpoint", "127.0.0.1:2379", "--rdzv-id", "job1"]
 

@@ -1,4 +1,4 @@
-"""The one endpoint parser and its TLS rules (etcd/endpoints.py), and the flags that feed it."""
+"""The one endpoint parser and its TLS rules (protocol/endpoints.py), and the flags that feed it."""
 
 from __future__ import annotations
 
@@ -6,7 +6,14 @@ from pathlib import Path
 
 import pytest
 from elasticjob_agent.args import UsageError, parse_args
-from elasticjob_agent.etcd.endpoints import Endpoint, TlsFiles, parse_endpoints, tls_from_conf
+from elasticjob_agent.protocol.endpoints import (
+    Endpoint,
+    TlsFiles,
+    format_endpoints,
+    parse_endpoints,
+    tls_conf,
+    tls_from_conf,
+)
 
 
 @pytest.fixture
@@ -41,6 +48,23 @@ def test_url_round_trips(pem: dict[str, str]) -> None:
     tls, _ = tls_from_conf(pem)
     eps = parse_endpoints("https://[::1]:5,h:6", tls)
     assert parse_endpoints(",".join(e.url for e in eps), tls) == eps
+
+
+def test_what_the_operator_writes_parses_back(pem: dict[str, str]) -> None:
+    """The operator writes ``--rdzv-endpoint`` and the TLS conf keys with ``format_endpoints``
+    and ``tls_conf``; the agent's parser gives the same endpoints back."""
+    tls = TlsFiles(pem["cacert"], pem["cert"], pem["key"])
+    for eps in ((Endpoint("a", 1, tls), Endpoint("::1", 2, tls)), (Endpoint("a", 1),)):
+        files, protocol = tls_from_conf(tls_conf(eps[0].tls))
+        assert parse_endpoints(format_endpoints(eps), files, protocol) == eps
+    assert format_endpoints((Endpoint("a", 1),)) == "a:1"
+    assert tls_conf(None) == {}
+
+
+def test_the_port_can_be_required() -> None:
+    with pytest.raises(ValueError, match="expected host:port"):
+        parse_endpoints("etcd", default_port=None)
+    assert parse_endpoints("etcd:7", default_port=None) == (Endpoint("etcd", 7),)
 
 
 @pytest.mark.parametrize(

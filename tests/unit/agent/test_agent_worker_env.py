@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from elasticjob_agent.rendezvous.errors import RendezvousStateError
+from elasticjob_agent.errors import RendezvousStateError
 from elasticjob_agent.rendezvous.role_info import (
     RankAssignment,
     RoleInfo,

@@ -12,7 +12,7 @@ from typing import Any
 
 from elasticjob_agent.protocol.health import AgentState, EtcdStatus, HealthReport
 from elasticjob_operator import names, planning, restarts
-from elasticjob_operator.manifests import JobRef
+from elasticjob_operator.names import JobRef
 from elasticjob_operator.observed import Observed, PodPhase, PodView, pod_view
 from elasticjob_operator.spec import JobSpec, parse_spec
 from elasticjob_operator.status import JobStatus

@@ -4,11 +4,11 @@ the core is admitted, no replacement while a core pod still terminates, refusals
 from __future__ import annotations
 
 import pytest
-from elasticjob_operator import kueue, planning
+from elasticjob_operator import kueue, kueue_names, planning
 from elasticjob_operator.conditions import ConditionType, find_condition
 from elasticjob_operator.manifests import build_worker_pod
 from elasticjob_operator.observed import PodPhase
-from elasticjob_operator.spec import JobSpec, SpecError, parse_spec
+from elasticjob_operator.spec import JobSpec, SpecError, parse_kueue, parse_spec
 from elasticjob_operator.status import JobStatus, Phase
 
 from tests.unit.operator.opfixtures import JOB, T0, Cluster, raw_spec, step
@@ -17,8 +17,8 @@ from tests.unit.operator.opfixtures import JOB, T0, Cluster, raw_spec, step
 def queued_spec(**overrides: object) -> JobSpec:
     body = {"spec": raw_spec(replicas=4, minNodes=2, queueName="main", **overrides)}
     body["metadata"] = {
-        "labels": {kueue.PRIORITY_LABEL: "training"},
-        "annotations": {kueue.EXTRAS_PRIORITY_ANNOTATION: "opportunistic"},
+        "labels": {kueue_names.PRIORITY_LABEL: "training"},
+        "annotations": {kueue_names.EXTRAS_PRIORITY_ANNOTATION: "opportunistic"},
     }
     return kueue.attach(parse_spec(body["spec"]), body)
 
@@ -28,45 +28,49 @@ def queued_spec(**overrides: object) -> JobSpec:
     [
         ({}, {}, None),
         ({"queueName": "main"}, {}, "main"),
-        ({}, {kueue.QUEUE_LABEL: "main"}, "main"),
-        ({"queueName": "main"}, {kueue.QUEUE_LABEL: "main"}, "main"),
+        ({}, {kueue_names.QUEUE_LABEL: "main"}, "main"),
+        ({"queueName": "main"}, {kueue_names.QUEUE_LABEL: "main"}, "main"),
     ],
 )
 def test_queue_name_from_spec_or_label(
     spec: dict[str, str], labels: dict[str, str], expected: str | None
 ) -> None:
-    parsed = kueue.parse_kueue(spec, {"labels": labels})
+    parsed = parse_kueue(spec, {"labels": labels})
     assert (parsed.queue_name if parsed else None) == expected
 
 
 @pytest.mark.parametrize(
     ("spec", "metadata", "field"),
     [
-        ({"queueName": "a"}, {"labels": {kueue.QUEUE_LABEL: "b"}}, "disagree"),
+        ({"queueName": "a"}, {"labels": {kueue_names.QUEUE_LABEL: "b"}}, "disagree"),
         ({"queueName": "Bad_Name"}, {}, "spec.queueName"),
-        ({"queueName": "q"}, {"labels": {kueue.PRIORITY_LABEL: "UP"}}, kueue.PRIORITY_LABEL),
+        (
+            {"queueName": "q"},
+            {"labels": {kueue_names.PRIORITY_LABEL: "UP"}},
+            kueue_names.PRIORITY_LABEL,
+        ),
     ],
 )
 def test_bad_kueue_settings_name_the_field(
     spec: dict[str, str], metadata: dict[str, object], field: str
 ) -> None:
     with pytest.raises(SpecError, match=field):
-        kueue.parse_kueue(spec, metadata)
+        parse_kueue(spec, metadata)
 
 
 def test_core_pods_form_one_group_and_extras_are_single_workloads() -> None:
     spec = queued_spec()
     core = build_worker_pod(JOB, spec, 1, 0)["metadata"]
     extra = build_worker_pod(JOB, spec, 2, 0)["metadata"]
-    assert core["labels"][kueue.QUEUE_LABEL] == "main"
-    assert core["labels"][kueue.GROUP_LABEL] == kueue.group_name(JOB)
-    assert core["annotations"][kueue.GROUP_TOTAL_ANNOTATION] == "2"
-    assert core["annotations"][kueue.RETRIABLE_ANNOTATION] == "false"
-    assert core["labels"][kueue.PRIORITY_LABEL] == "training"
-    assert extra["labels"][kueue.QUEUE_LABEL] == "main"
-    assert kueue.GROUP_LABEL not in extra["labels"]
-    assert kueue.GROUP_TOTAL_ANNOTATION not in extra["annotations"]
-    assert extra["labels"][kueue.PRIORITY_LABEL] == "opportunistic"
+    assert core["labels"][kueue_names.QUEUE_LABEL] == "main"
+    assert core["labels"][kueue_names.GROUP_LABEL] == kueue.group_name(JOB)
+    assert core["annotations"][kueue_names.GROUP_TOTAL_ANNOTATION] == "2"
+    assert core["annotations"][kueue_names.RETRIABLE_ANNOTATION] == "false"
+    assert core["labels"][kueue_names.PRIORITY_LABEL] == "training"
+    assert extra["labels"][kueue_names.QUEUE_LABEL] == "main"
+    assert kueue_names.GROUP_LABEL not in extra["labels"]
+    assert kueue_names.GROUP_TOTAL_ANNOTATION not in extra["annotations"]
+    assert extra["labels"][kueue_names.PRIORITY_LABEL] == "opportunistic"
     assert len(kueue.group_name(JOB)) <= 63
 
 
@@ -183,7 +187,7 @@ def test_a_failed_core_pod_is_replaced_at_once_in_the_same_group() -> None:
     plan = step(cluster, status, spec, T0 + 2, etcd_reachable=True)
     created = [a.manifest for a in plan.actions if isinstance(a, planning.CreateObject)]
     assert [m["metadata"]["name"] for m in created] == ["demo-worker-0-1"]
-    assert created[0]["metadata"]["labels"][kueue.GROUP_LABEL] == kueue.group_name(JOB)
+    assert created[0]["metadata"]["labels"][kueue_names.GROUP_LABEL] == kueue.group_name(JOB)
     assert _names(plan, planning.DeletePod) == ["demo-worker-0-0"]
 
 

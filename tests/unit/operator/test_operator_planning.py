@@ -472,8 +472,10 @@ def test_invalid_reports_in_status_stay_bounded() -> None:
     cluster.run_all()
     bad = {p.name: "x" * 10_000 for p in cluster.workers()}
     result = step(cluster, status, spec, T0 + 1, etcd_reachable=True, invalid_reports=bad)
-    assert len(result.status.invalid_reports) == planning.MAX_INVALID_REPORTS
-    assert all(len(r) == planning.MAX_REASON_CHARS for r in result.status.invalid_reports.values())
+    assert len(result.status.invalid_reports) == planning.reports.MAX_INVALID_REPORTS
+    assert all(
+        len(r) == planning.reports.MAX_REASON_CHARS for r in result.status.invalid_reports.values()
+    )
 
 
 def test_a_rejected_request_is_a_condition_with_the_servers_message_and_one_event() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from elasticjob_agent.protocol.endpoints import Endpoint
 from elasticjob_agent.protocol.health import AgentState, HealthReport
 from elasticjob_operator import metrics, progress
 from elasticjob_operator.agent_command import AgentTarget, agent_args
@@ -16,7 +17,7 @@ from prometheus_client import REGISTRY
 
 from tests.unit.operator.opfixtures import RUN_ID, T0, Cluster, job_spec, report, step
 
-TARGET = AgentTarget(("etcd:2379",), RUN_ID, "node-0", 2)
+TARGET = AgentTarget((Endpoint("etcd", 2379),), RUN_ID, "node-0", 2)
 
 
 def _stepped(

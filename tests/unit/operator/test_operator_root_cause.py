@@ -205,7 +205,7 @@ def test_a_spent_budget_does_not_wait_past_the_deadline_for_a_pod_that_keeps_run
         exit_code=ExitCode.MAX_RESTARTS_EXCEEDED,
         finished_at=T0 + 5,
     )
-    late = T0 + 5 + planning.ROOT_CAUSE_WAIT_SECONDS
+    late = T0 + 5 + planning.terminal.ROOT_CAUSE_WAIT_SECONDS
     assert step(cluster, status, job_spec(), late, etcd_reachable=True).status.phase is Phase.FAILED
 
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from elasticjob_agent.protocol.restarts import JOB_MAX_RESTARTS_DEFAULT
 from elasticjob_operator.spec import CleanPodPolicy, EtcdMode, SpecError, parse_spec
 
 from tests.unit.operator.opfixtures import raw_spec
@@ -20,12 +23,20 @@ def test_defaults_fill_what_the_user_left_out() -> None:
     assert (spec.min_nodes, spec.replicas, spec.max_nodes) == (3, 3, 3)
     assert spec.nproc_per_node == 1
     assert spec.device == "gpu"
-    assert spec.max_restarts == 3
+    assert spec.max_restarts == JOB_MAX_RESTARTS_DEFAULT == 3
     assert spec.etcd.mode is EtcdMode.MANAGED
     assert spec.etcd.key_prefix == "/elasticjob"
     assert spec.rendezvous.join_timeout_seconds == 600
     assert spec.run_policy.clean_pod_policy is CleanPodPolicy.RUNNING
     assert spec.trainer_index == 0
+
+
+def test_crd_default_of_max_restarts_is_the_protocol_constant() -> None:
+    """One default: the CRD's schema fills ``maxRestarts`` before the operator reads it."""
+    crd = yaml.safe_load((Path(__file__).parents[3] / "crds" / "elasticjob.yaml").read_text())
+    (version,) = crd["spec"]["versions"]
+    field = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["maxRestarts"]
+    assert field["default"] == JOB_MAX_RESTARTS_DEFAULT
 
 
 def test_trainer_container_is_found_by_name() -> None:
@@ -63,6 +74,9 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"etcd": {"mode": "External"}}, "spec.etcd.endpoints must list at least one"),
     ({"etcd": {"mode": "Managed", "endpoints": ["e:2379"]}}, "spec.etcd.endpoints must be empty"),
     ({"etcd": {"mode": "External", "endpoints": ["no-port"]}}, "spec.etcd.endpoints"),
+    ({"etcd": {"mode": "External", "endpoints": ["::1:2379"]}}, "as [addr]:port"),
+    ({"etcd": {"mode": "External", "endpoints": ["e:99999"]}}, "port must be 1-65535"),
+    ({"etcd": {"mode": "External", "endpoints": ["https://e:1"]}}, "no scheme"),
     ({"etcd": {"mode": "Sideways"}}, "spec.etcd.mode"),
     ({"etcd": {"keyPrefix": "x/"}}, "spec.etcd.keyPrefix"),
     ({"nccl": {"asyncErrorHandling": 7}}, "spec.nccl.asyncErrorHandling"),

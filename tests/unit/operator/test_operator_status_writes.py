@@ -8,7 +8,7 @@ from typing import Any, cast
 
 import aiohttp
 from elasticjob_operator.kube import ConflictKubeError, Kube
-from elasticjob_operator.manifests import JobRef
+from elasticjob_operator.names import JobRef
 from elasticjob_operator.reconciler import JobLoop, LoopSettings
 from elasticjob_operator.status import EtcdState, JobStatus
 

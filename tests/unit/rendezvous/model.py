@@ -4,24 +4,24 @@ production sends.
 An in-memory fake at our own boundary. Each action is turned into a ``Txn`` by the same pure
 builders the executor uses (``elasticjob_agent.rendezvous.transactions``); ``apply`` evaluates
 its compares on the model's keys (versions, mod revisions, values, leases) and applies its writes
-atomically at one new revision, as etcd does. The snapshot is read back from the same keys with
-the wire decoders. A completion is recorded with the members its rank table published.
+atomically at one new revision, as etcd does. The snapshot is read back with the executor's own
+ranges and parsers (``elasticjob_agent.rendezvous.snapshot_reads``), answered from the same keys.
+A completion is recorded with the members its rank table published.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from elasticjob_agent.rendezvous import rank_table, transactions
+from elasticjob_agent.etcd.txn import Cas, Compare, Delete, Put, Range, Target
+from elasticjob_agent.rendezvous import rank_table, snapshot_reads, transactions
 from elasticjob_agent.rendezvous.state import (
     Action,
     Context,
-    Joiner,
-    Roster,
     Snapshot,
 )
-from elasticjob_agent.rendezvous.transactions import Compare, Delete, Put, Target, Txn
-from elasticjob_agent.rendezvous.wire import RendezvousKeys, decode, decode_float, decode_int
+from elasticjob_agent.rendezvous.transactions import Txn
+from elasticjob_agent.rendezvous.wire import RendezvousKeys, decode, decode_int
 
 KEYS = RendezvousKeys("/model/run/rdzv")
 ADVERTISE = ("10.0.0.1", 29500)
@@ -34,6 +34,23 @@ class Entry:
     mod: int
     version: int
     lease: int
+
+
+@dataclass(frozen=True)
+class ModelKv:
+    """One key of a range answer, with etcd's field names."""
+
+    key: bytes
+    value: bytes
+    create_revision: int
+    mod_revision: int
+    lease: int
+
+
+@dataclass(frozen=True)
+class ModelRange:
+    kvs: tuple[ModelKv, ...]
+    count: int
 
 
 @dataclass
@@ -83,9 +100,11 @@ class ModelEtcd:
             return (e.version if e else 0) == c.expected
         if c.target is Target.MOD:
             return (e.mod if e else 0) == c.expected
+        if c.target is Target.CREATE:
+            return (e.create if e else 0) == c.expected
         return e is not None and e.value == c.expected
 
-    def apply(self, txn: Txn, lease: int) -> bool:
+    def apply(self, txn: Txn | Cas, lease: int) -> bool:
         """Evaluate ``txn`` as etcd would; ``lease`` is the sender's lease. True if it committed."""
         if not all(self._holds(c) for c in txn.compare):
             return False
@@ -107,7 +126,7 @@ class ModelEtcd:
                 self.kv.pop(w.key, None)
         return True
 
-    def _on_txn(self, txn: Txn) -> None:
+    def _on_txn(self, txn: Txn | Cas) -> None:
         """Record completions and the close for the invariant checks (before the writes land)."""
         k = self.keys
         written = {w.key: w.value for w in txn.success if isinstance(w, Put)}
@@ -140,60 +159,66 @@ class ModelEtcd:
     def ctl_changed_since(self, revision: int) -> bool:
         return any(k.startswith(self.keys.ctl) and e.mod > revision for k, e in self.kv.items())
 
+    def range(self, r: Range) -> ModelRange:
+        """Answer the read ``r`` as etcd would: keys in order, ``limit``, ``count``."""
+        if r.end:
+            found = sorted(k for k in self.kv if r.key <= k < r.end)
+        else:
+            found = [r.key] if r.key in self.kv else []
+        count = len(found)
+        if r.limit:
+            found = found[: r.limit]
+        if r.count_only:
+            return ModelRange((), count)
+        kvs = tuple(
+            ModelKv(
+                key,
+                b"" if r.keys_only else self.kv[key].value,
+                self.kv[key].create,
+                self.kv[key].mod,
+                self.kv[key].lease,
+            )
+            for key in found
+        )
+        return ModelRange(kvs, count)
+
     def snapshot(self, node: str, lease: int, max_nodes: int, roster: bool = False) -> Snapshot:
-        """What the executor reads; with ``roster``, who joined too (``Kind.ROSTER``)."""
+        """What the executor reads (the same ranges, parsed by the same functions); with
+        ``roster``, who joined too (``Kind.ROSTER``)."""
         k = self.keys
         pointer = self.kv.get(k.round)
         p = decode_int(k.round, pointer.value, "round") if pointer else 0
-        mine = self.kv.get(k.joined(p, node))
-        last_call = self.kv.get(k.last_call(p))
-        complete = self.kv.get(k.complete(p))
-        my_create = mine.create if mine and mine.lease == lease else 0
-        membership = None
-        if complete is not None:
-            record = rank_table.decode_record(k.complete(p), complete.value)
-            bucket_key = k.ranks(p, rank_table.bucket_of(node, record.buckets))
-            stored = self.kv.get(bucket_key)
-            entry = rank_table.decode_entry(bucket_key, stored.value if stored else None, node)
-            membership = rank_table.membership(
-                k,
-                record,
-                entry,
-                node=node,
-                my_create=my_create,
-                max_nodes=max_nodes,
-                revision=complete.mod,
-            )
         listed = None
         if roster:
-            names = self.joined(p)[:max_nodes]
-            first = self.kv[k.joined(p, names[0])] if names else None
-            master = None
-            if first is not None:
-                data = decode(k.joined(p, names[0]), first.value)
-                master = (data["addr"], data["port"])
-            members = tuple(Joiner(n, self.kv[k.joined(p, n)].create) for n in names)
-            joins = self.kv.get(k.joins(p))
-            listed = Roster(members, master, joins.mod if joins else 0)
-        return Snapshot(
+            ranges = snapshot_reads.roster_ranges(k, p, max_nodes)
+            listed = snapshot_reads.parse_roster(k, p, [self.range(r) for r in ranges])
+        parsed = snapshot_reads.parse_snapshot(
+            k,
+            [self.range(r) for r in snapshot_reads.snapshot_ranges(k, p, node)],
+            node=node,
+            lease=lease,
             revision=self.rev,
-            closed=k.closed in self.kv,
-            round=p,
-            round_mod=pointer.mod if pointer else 0,
-            completed=complete is not None,
-            joined=len(self.joined(p)),
-            my_create=my_create,
-            last_call=decode_float(k.last_call(p), last_call.value, "deadline")
-            if last_call
-            else None,
-            last_call_mod=last_call.mod if last_call else 0,
-            waiting=k.waiting(node) in self.kv,
-            last_call_mine=(
-                last_call is not None and decode(k.last_call(p), last_call.value).get("by") == node
-            ),
+            guess=p,
             roster=listed,
-            membership=membership,
         )
+        assert parsed is not None  # the round was read from the same keys
+        snap = parsed.snapshot
+        if parsed.record is None:
+            return snap
+        record = parsed.record
+        bucket_key = k.ranks(p, rank_table.bucket_of(node, record.buckets))
+        stored = self.kv.get(bucket_key)
+        entry = rank_table.decode_entry(bucket_key, stored.value if stored else None, node)
+        membership = rank_table.membership(
+            k,
+            record,
+            entry,
+            node=node,
+            my_create=snap.my_create,
+            max_nodes=max_nodes,
+            revision=parsed.record_mod,
+        )
+        return replace(snap, membership=membership)
 
     # --- what the executor sends ----------------------------------------------------------
 

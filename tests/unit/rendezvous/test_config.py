@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from elasticjob_agent.etcd.endpoints import Endpoint, parse_endpoints
+from elasticjob_agent.protocol.endpoints import Endpoint, parse_endpoints
 from elasticjob_agent.rendezvous import RendezvousStateError
 from elasticjob_agent.rendezvous.config import RendezvousConfig
 from elasticjob_agent.rendezvous.wire import decode, decode_int, encode

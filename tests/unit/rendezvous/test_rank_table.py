@@ -4,8 +4,8 @@ bucket. Pure."""
 from __future__ import annotations
 
 import pytest
+from elasticjob_agent.errors import RendezvousStateError
 from elasticjob_agent.rendezvous import rank_table
-from elasticjob_agent.rendezvous.errors import RendezvousStateError
 from elasticjob_agent.rendezvous.state import Joiner, Roster
 from elasticjob_agent.rendezvous.wire import RendezvousKeys, decode, encode
 

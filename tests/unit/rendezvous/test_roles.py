@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from elasticjob_agent.rendezvous.errors import RendezvousStateError
+from elasticjob_agent.errors import RendezvousStateError
 from elasticjob_agent.rendezvous.role_info import RoleInfo, assign_ranks
 from elasticjob_agent.rendezvous.roles import (
     TABLE_KEY,

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from elasticjob_agent.etcd.txn import Compare, Delete, Put, Target
 from elasticjob_agent.rendezvous import rank_table, transactions
 from elasticjob_agent.rendezvous.state import Action, Joiner, Kind, Roster, Snapshot
-from elasticjob_agent.rendezvous.transactions import Compare, Delete, Put, Target
 from elasticjob_agent.rendezvous.wire import RendezvousKeys, encode
 
 K = RendezvousKeys("/t/run/rdzv")

@@ -1,4 +1,4 @@
-"""The rendezvous error taxonomy.
+"""The rendezvous error taxonomy, a floor below the etcd client that raises them.
 
 ``RendezvousError`` > ``RendezvousClosedError``, ``RendezvousTimeoutError``,
 ``RendezvousConnectionError``, ``RendezvousStateError``. When torch is importable each class is

@@ -1,4 +1,8 @@
-"""The one parser of etcd endpoint lists (``--rdzv-endpoint``) and their TLS settings; pure.
+"""The one parser of etcd endpoint lists (``--rdzv-endpoint``) and their TLS settings, shared by
+the agent (its flags, torch's parameters) and the operator (``spec.etcd.endpoints``, the agents'
+command line, which it writes with ``format_endpoints`` and ``tls_conf``). Pure but for the
+agent's look at the TLS files it is given (``tls_from_conf`` checks they exist, ``TlsFiles.read``
+reads them at each connect).
 
 An endpoint is ``[scheme://]host[:port]``; the port defaults to 2379 and IPv6 hosts are written
 in brackets (``[::1]:2379``). TLS (docs/contracts.md) follows torchrun's ``--rdzv-conf`` names:
@@ -15,7 +19,7 @@ in brackets (``[::1]:2379``). TLS (docs/contracts.md) follows torchrun's ``--rdz
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 DEFAULT_PORT = 2379
@@ -96,18 +100,38 @@ def tls_from_conf(conf: Mapping[str, str | None]) -> tuple[TlsFiles | None, str 
     return TlsFiles(**paths), protocol
 
 
+def tls_conf(tls: TlsFiles | None) -> dict[str, str]:
+    """The ``--rdzv-conf`` entries naming ``tls``'s files (what ``tls_from_conf`` reads back)."""
+    if tls is None:
+        return {}
+    paths = {"cacert": tls.cacert, "cert": tls.cert, "key": tls.key}
+    return {name: path for name, path in paths.items() if path is not None}
+
+
+def format_endpoints(endpoints: Iterable[Endpoint]) -> str:
+    """The ``--rdzv-endpoint`` text of ``endpoints``: ``https://host:port`` for TLS,
+    ``host:port`` otherwise. ``parse_endpoints`` of it, with the ``tls_conf`` of their TLS
+    files, gives the same endpoints back."""
+    return ",".join(e.url if e.tls is not None else str(e) for e in endpoints)
+
+
 def parse_endpoints(
-    text: str, tls: TlsFiles | None = None, protocol: str | None = None
+    text: str,
+    tls: TlsFiles | None = None,
+    protocol: str | None = None,
+    *,
+    default_port: int | None = DEFAULT_PORT,
 ) -> tuple[Endpoint, ...]:
     """Parse ``[scheme://]host[:port][,...]`` with the TLS settings of ``--rdzv-conf``
     (``tls``, ``protocol``: see ``tls_from_conf``) into endpoints that say whether to use TLS.
+    ``default_port=None``: every entry must name its port.
 
     Raises ``ValueError`` naming the bad entry or the contradiction (module docstring).
     """
     entries = [part.strip() for part in text.split(",")]
     if not text.strip() or not all(entries):
         raise ValueError(f"invalid etcd endpoint list {text!r}: expected host:port[,host:port...]")
-    parsed = [_parse_one(entry) for entry in entries]
+    parsed = [_parse_one(entry, default_port) for entry in entries]
     schemes = {scheme for scheme, _, _ in parsed if scheme is not None}
     if protocol is not None:
         schemes.add(protocol)
@@ -127,7 +151,7 @@ def parse_endpoints(
     return tuple(Endpoint(host, port, tls) for _, host, port in parsed)
 
 
-def _parse_one(entry: str) -> tuple[str | None, str, int]:
+def _parse_one(entry: str, default_port: int | None) -> tuple[str | None, str, int]:
     rest = entry
     scheme: str | None = None
     if "://" in rest:
@@ -155,7 +179,9 @@ def _parse_one(entry: str) -> tuple[str | None, str, int]:
     if not host or "/" in host:
         raise ValueError(f"invalid etcd endpoint {entry!r}: expected host:port")
     if port_text is None:
-        return scheme, host, DEFAULT_PORT
+        if default_port is None:
+            raise ValueError(f"invalid etcd endpoint {entry!r}: expected host:port")
+        return scheme, host, default_port
     if not port_text.isascii() or not port_text.isdigit() or not 0 < int(port_text) < 65536:
         raise ValueError(f"invalid etcd endpoint {entry!r}: port must be 1-65535")
     return scheme, host, int(port_text)

@@ -1,0 +1,96 @@
+"""What the agents report, merged into the status: restart counts with their root cause,
+refused (invalid) reports, and the pods whose agent joined a round.
+"""
+
+from __future__ import annotations
+
+from elasticjob_agent.protocol.health import AgentState
+from elasticjob_agent.protocol.restarts import RestartReason
+
+from .. import restarts, root_cause
+from ..observed import Observed, current_workers
+from .actions import Draft, MarkJoined
+
+# Restarts whose agent recorded a root cause (a failed worker, an expired timer, no progress).
+_HAS_ROOT_CAUSE = frozenset(
+    {RestartReason.FAILURE.value, RestartReason.TIMER.value, RestartReason.HANG.value}
+)
+
+
+def merge_reports(draft: Draft, observed: Observed) -> None:
+    before = draft.status.restarts
+    current = current_workers(observed.workers, draft.status.attempts)
+    merged = restarts.merge_reports(
+        before,
+        observed.reports.values(),
+        draft.status.run_id,
+        [p.final_counts for p in current.values() if p.final_counts is not None],
+    )
+    failure = root_cause.newest_failure(
+        observed.reports,
+        draft.status.run_id,
+        draft.status.last_failure,
+        {p.name: p.last_failure for p in current.values() if p.last_failure is not None},
+    )
+    if failure is not None:
+        draft.status = draft.status.evolve(last_failure=failure.to_json())
+    else:
+        failure = root_cause.parse_stored(draft.status.last_failure)
+    for reason in sorted(merged):
+        added = merged[reason] - before.get(reason, 0)
+        if added > 0:
+            cause = ""
+            if reason in _HAS_ROOT_CAUSE and failure is not None:
+                cause = f"; root cause: {failure.summary()}"
+            elif reason == RestartReason.HANG.value:
+                cause = "; no rank advanced for progressTimeoutSeconds"
+            draft.event(
+                "Warning" if reason in restarts.SPENDS_BUDGET else "Normal",
+                "Restarted",
+                f"worker group restarted ({reason}), {added} time(s); job-wide restarts: "
+                f"{restarts.total(merged)}, failures {restarts.failures(merged)}{cause}",
+            )
+    draft.status = draft.status.evolve(restarts=merged)
+
+
+MAX_INVALID_REPORTS = 16
+"""Pods listed in ``status.invalidReports`` at most (the status stays small whatever pods send)."""
+
+
+MAX_REASON_CHARS = 200
+
+
+def note_invalid_reports(draft: Draft, observed: Observed) -> None:
+    """List pods whose answer was refused (untrusted input), with an Event when one turns bad.
+
+    A pod that did not answer at all in this step keeps its entry (no news); one that answered
+    with a valid report, or is gone, loses it.
+    """
+    alive = {p.name for p in observed.workers}
+    before = draft.status.invalid_reports
+    now = {
+        pod: reason
+        for pod, reason in before.items()
+        if pod in alive and pod not in observed.reports and pod not in observed.invalid_reports
+    }
+    for pod, reason in observed.invalid_reports.items():
+        now[pod] = reason[:MAX_REASON_CHARS]
+    kept = dict(sorted(now.items())[:MAX_INVALID_REPORTS])
+    for pod, reason in kept.items():
+        if before.get(pod) != reason:
+            draft.event("Warning", "InvalidHealthReport", f"pod {pod}: {reason}")
+    draft.status = draft.status.evolve(invalid_reports=kept)
+
+
+def mark_joined(draft: Draft, observed: Observed) -> None:
+    pods = {p.name: p for p in observed.workers}
+    for name, report in observed.reports.items():
+        pod = pods.get(name)
+        if (
+            pod is not None
+            and not pod.joined
+            and report.run_id == draft.status.run_id
+            and report.state is AgentState.RUNNING
+            and report.round is not None
+        ):
+            draft.actions.append(MarkJoined(name, report.round))

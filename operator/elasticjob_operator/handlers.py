@@ -60,6 +60,7 @@ async def startup(*, settings: kopf.OperatorSettings, memo: Any, **_: Any) -> No
     memo.settings = ours
     memo.kube = await Kube.connect()
     memo.session = probes.new_session()
+    memo.gate = probes.ProbeGate(ours.probe_concurrency)
     metrics.serve(ours.metrics_port)
     log.info("elasticjob-operator started: %s", ours)
 
@@ -128,7 +129,7 @@ async def reconcile_job(
     nodes_index: kopf.Index[str, bool] = kwargs["elasticjob_lost_nodes"]
     settings: OperatorSettings = memo.settings
     job = JobRef(namespace, name, uid)
-    loop = JobLoop(memo.kube, memo.session, job, settings.loop)
+    loop = JobLoop(memo.kube, memo.session, job, settings.loop, gate=memo.gate)
     wake = _wakeups.setdefault((namespace, name), asyncio.Event())
     stored = await memo.kube.get_job(namespace, name)
     loop.adopt(stored)

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import logging
 import ssl
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,12 +36,51 @@ from . import seeding
 log = logging.getLogger(__name__)
 
 _CHUNK = 8192
+STARVED = 0.5
+"""A probe's timeout that fires this much later than due (fraction of the timeout) says the
+operator's own event loop was starved of CPU: the pod may have answered in time, so the probe
+is inconclusive rather than failed."""
+
+
+class ProbeGate:
+    """At most ``limit`` probes in flight across all jobs (0: no bound).
+
+    A probe's timeout starts once it holds a slot: waiting behind the operator's own backlog
+    (thousands of jobs due at once, hostile pods holding slots to their timeout) never reads
+    as a pod or an etcd that did not answer. Without it, every probe of a loaded operator
+    competes for the same connection pool and times out together, which is what turns load
+    into false remediation.
+    """
+
+    def __init__(self, limit: int) -> None:
+        if limit < 0:
+            raise ValueError(f"probe concurrency must not be negative, got {limit}")
+        self._slots = asyncio.Semaphore(limit) if limit else None
+
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        if self._slots is None:
+            yield
+            return
+        async with self._slots:
+            yield
+
+
+_UNBOUNDED = ProbeGate(0)
+
+
+def _starved(deadline: float, within: float) -> bool:
+    """Whether a timeout due at ``deadline`` (loop time) fired late enough to blame the loop."""
+    return asyncio.get_running_loop().time() - deadline > STARVED * within
 
 
 def new_session() -> aiohttp.ClientSession:
     """The operator's session towards pods: no automatic decompression (a small gzip body can
     inflate to gigabytes), small header limits, no cookies kept between pods."""
     return aiohttp.ClientSession(
+        # No pool bound here (``ProbeGate`` bounds what is in flight) and connections kept for
+        # longer than a steady job's probe period, so a job's etcd keeps one TLS session.
+        connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=30.0),
         auto_decompress=False,
         read_bufsize=64 * 1024,
         max_line_size=4096,
@@ -77,12 +117,24 @@ async def read_capped(response: aiohttp.ClientResponse, limit: int) -> bytes:
 
 
 async def fetch_report(
-    session: aiohttp.ClientSession, ip: str, within: float = 1.0, port: int = DEFAULT_HEALTH_PORT
+    session: aiohttp.ClientSession,
+    ip: str,
+    within: float = 1.0,
+    port: int = DEFAULT_HEALTH_PORT,
+    gate: ProbeGate = _UNBOUNDED,
 ) -> HealthReport | str | None:
     """The agent's ``/status`` on ``ip``: the report, why it was refused (a ``str``), or ``None``
-    when the agent did not answer (not listening yet, no 200, timed out before its headers)."""
-    url = f"http://{ip}:{port}/status"
+    when the agent did not answer (not listening yet, no 200, timed out before its headers, or
+    timed out while the operator itself was starved of CPU)."""
+    async with gate.slot():
+        return await _fetch_report(session, f"http://{ip}:{port}/status", within)
+
+
+async def _fetch_report(
+    session: aiohttp.ClientSession, url: str, within: float
+) -> HealthReport | str | None:
     headers_seen = False
+    deadline = asyncio.get_running_loop().time() + within
     try:
         async with asyncio.timeout(within):
             async with session.get(url, allow_redirects=False) as response:
@@ -98,7 +150,9 @@ async def fetch_report(
     except HealthReportError as exc:
         return str(exc)
     except TimeoutError:
-        return f"health report not complete within {within:g} s" if headers_seen else None
+        if not headers_seen or _starved(deadline, within):
+            return None
+        return f"health report not complete within {within:g} s"
     except (aiohttp.ClientResponseError, aiohttp.ClientPayloadError) as exc:
         # The pod answered, with something that is not HTTP we accept (header limits, a bad
         # status line, a broken body).
@@ -112,10 +166,13 @@ async def fetch_reports(
     pods: Mapping[str, str],
     within: float = 1.0,
     port: int = DEFAULT_HEALTH_PORT,
+    gate: ProbeGate = _UNBOUNDED,
 ) -> Reports:
-    """Reports of the pods ``{name: ip}``, fetched concurrently."""
+    """Reports of the pods ``{name: ip}``, fetched concurrently (within ``gate``'s bound)."""
     names = list(pods)
-    results = await asyncio.gather(*(fetch_report(session, pods[n], within, port) for n in names))
+    results = await asyncio.gather(
+        *(fetch_report(session, pods[n], within, port, gate) for n in names)
+    )
     out = Reports()
     for name, result in zip(names, results, strict=True):
         if isinstance(result, HealthReport):
@@ -168,27 +225,37 @@ async def probe_etcd(
     endpoints: Iterable[str],
     within: float = 1.0,
     tls: EtcdTls | None = None,
-) -> bool:
-    """Whether any endpoint answers etcd's ``/health`` with a healthy member."""
+    gate: ProbeGate = _UNBOUNDED,
+) -> bool | None:
+    """Whether any endpoint answers etcd's ``/health`` with a healthy member; ``None`` when none
+    did but a timeout fired while the operator was starved of CPU (no verdict)."""
+    starved = False
     for endpoint in endpoints:
-        try:
-            async with asyncio.timeout(within):
-                async with session.get(
-                    _url(endpoint, tls, "/health"), allow_redirects=False, **_tls_kwargs(tls)
-                ) as response:
-                    body = json.loads(await read_capped(response, 4096))
-                    if response.status == 200 and str(body.get("health")) == "true":
-                        return True
-        except (
-            TimeoutError,
-            aiohttp.ClientError,
-            OSError,
-            ValueError,
-            AttributeError,
-            HealthReportError,
-        ):
-            continue
-    return False
+        async with gate.slot():
+            deadline = asyncio.get_running_loop().time() + within
+            try:
+                if await _probe_one(session, endpoint, within, tls):
+                    return True
+            except TimeoutError:
+                starved = starved or _starved(deadline, within)
+    return None if starved else False
+
+
+async def _probe_one(
+    session: aiohttp.ClientSession, endpoint: str, within: float, tls: EtcdTls | None
+) -> bool:
+    """One endpoint's ``/health``; raises ``TimeoutError`` when it did not answer in time."""
+    try:
+        async with asyncio.timeout(within):
+            async with session.get(
+                _url(endpoint, tls, "/health"), allow_redirects=False, **_tls_kwargs(tls)
+            ) as response:
+                body = json.loads(await read_capped(response, 4096))
+                return response.status == 200 and str(body.get("health")) == "true"
+    except TimeoutError:
+        raise  # an OSError too, but the caller judges it (starved or not)
+    except (aiohttp.ClientError, OSError, ValueError, AttributeError, HealthReportError):
+        return False
 
 
 def _b64(data: str) -> str:

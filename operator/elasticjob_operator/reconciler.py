@@ -12,13 +12,13 @@ import logging
 import ssl
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
 
-from . import kueue, manifests, metrics, names, pki, planning, probes
+from . import cadence, kueue, manifests, metrics, names, pki, planning, probes
 from .kube import ConflictKubeError, Kube, KubeError, PermanentKubeError
 from .manifests import owned_by
 from .names import JobRef
@@ -45,7 +45,9 @@ class LoopSettings:
     idle_interval: float = 10.0
     """Seconds between steps of a finished or suspended job."""
     probe_timeout: float = 1.0
-    """Timeout of one health or etcd probe."""
+    """Timeout of one health or etcd probe (counted from when it holds a ``ProbeGate`` slot)."""
+    cadence: cadence.CadenceSettings = field(default_factory=cadence.CadenceSettings)
+    """Probe periods of a steady job (``cadence.py``)."""
     stall: StallSettings = field(default_factory=StallSettings)
     policies: PolicySettings | None = None
     """Create the job's NetworkPolicies letting these peers in; ``None``: create none."""
@@ -76,8 +78,11 @@ class JobLoop:
         job: JobRef,
         settings: LoopSettings,
         clock: Callable[[], float] = time.time,
+        *,
+        gate: probes.ProbeGate | None = None,
     ) -> None:
         self._kube = kube
+        self._gate = gate or probes.ProbeGate(0)
         self._session = session
         self._job = job
         self._settings = settings
@@ -93,6 +98,11 @@ class JobLoop:
         self._policies_created = False
         self._tls_cache: tuple[str, probes.EtcdTls] | None = None
         """The context made from the Secret (by its name), kept: the Secret never changes."""
+        self._probed = _Probed()
+        """The latest answers of the job's agents and etcd, and when they were taken."""
+        self._calm = cadence.Calm()
+        self._inputs: object = None
+        """What the job's objects looked like at the previous step (a change breaks the calm)."""
 
     async def step(
         self,
@@ -102,6 +112,10 @@ class JobLoop:
         services: frozenset[str],
     ) -> StepResult:
         """One reconcile step; raises ``SpecError`` (unusable spec) or ``KubeError`` (API)."""
+        pods = list(pods)
+        confirmed = await self._confirm_steady(body, pods, lost_nodes, services)
+        if confirmed is not None:
+            return confirmed
         started = time.monotonic()
         result = "error"
         try:
@@ -114,6 +128,62 @@ class JobLoop:
         finally:
             metrics.RECONCILES.labels(result).inc()
             metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
+
+    async def _confirm_steady(
+        self,
+        body: Mapping[str, Any],
+        pods: list[OwnedPod],
+        lost_nodes: frozenset[str],
+        services: frozenset[str],
+    ) -> StepResult | None:
+        """A steady job between two polls of its agents: probe its etcd only. When etcd
+        answers and none of the job's objects changed, nothing the plan reads has moved (the
+        reports are the same ones), so no plan is made and nothing is written. ``None``: make a
+        full step (something changed, the agents are due, or etcd did not answer)."""
+        if self._written is None:
+            return None
+        views = [p.view for p in pods if p.owner_uid == self._job.uid]
+        now = self._clock()
+        cadence_settings = self._settings.cadence
+        if self._inputs_of(body, views, lost_nodes, services) != self._inputs or not (
+            cadence.steady(self._calm, now, cadence_settings)
+        ):
+            return None
+        due = self._due(True, now)
+        if due.reports or not self._probed.endpoints:
+            return None
+        if due.etcd:
+            reachable = await probes.probe_etcd(
+                self._session,
+                self._probed.endpoints,
+                self._settings.probe_timeout,
+                self._tls,
+                gate=self._gate,
+            )
+            metrics.STEADY_CHECKS.labels("ok" if reachable else "restless").inc()
+            if reachable is not True:
+                self._calm = cadence.Calm()  # the full step looks at everything, now
+                return None
+            self._probed = replace(self._probed, etcd=True, etcd_at=now)
+        return StepResult(self._written, self._due(True, self._clock()).wait)
+
+    def _inputs_of(
+        self,
+        body: Mapping[str, Any],
+        views: Iterable[PodView],
+        lost_nodes: frozenset[str],
+        services: frozenset[str],
+    ) -> object:
+        """What a change of the job's objects that breaks the calm looks like."""
+        views = list(views)
+        generation = int((body.get("metadata") or {}).get("generation") or 0)
+        return (
+            generation,
+            _digest(v for v in views if v.role == names.ROLE_WORKER),
+            _digest(v for v in views if v.role == names.ROLE_ETCD),
+            lost_nodes,
+            services,
+        )
 
     async def _step(
         self,
@@ -142,7 +212,12 @@ class JobLoop:
             except PermanentKubeError as exc:
                 rejection = planning.Rejection(exc.what, exc.status, exc.server_message or str(exc))
         self._tls = tls
-        observed = await self._observe(spec, status, workers, etcd_pods, lost_nodes)
+        inputs = self._inputs_of(body, views, lost_nodes, services)
+        changed, self._inputs = inputs != self._inputs, inputs
+        probe_at = self._clock()
+        steady = not changed and cadence.steady(self._calm, probe_at, self._settings.cadence)
+        due = self._due(steady, probe_at)
+        observed = await self._observe(spec, status, workers, etcd_pods, lost_nodes, due=due)
         now = self._clock()
         plan = planning.plan(
             job,
@@ -199,6 +274,19 @@ class JobLoop:
         metrics.publish(job.namespace, job.name, new_status)
         idle = new_status.phase.finished or new_status.phase is Phase.SUSPENDED
         interval = self._settings.idle_interval if idle else self._settings.interval
+        is_calm = cadence.calm(
+            running=new_status.phase is Phase.RUNNING,
+            stalled=new_status.stall is not None,
+            etcd_reachable=self._probed.etcd,
+            expects_etcd=bool(self._probed.endpoints),
+            reports=observed.reports,
+            refused=len(observed.invalid_reports),
+            running_workers=sum(1 for p in workers if p.ip and p.phase is PodPhase.RUNNING),
+            run_id=new_status.run_id,
+        )
+        self._calm = cadence.next_calm(self._calm, is_calm, changed, now)
+        if not idle and cadence.steady(self._calm, now, self._settings.cadence):
+            interval = self._due(True, now).wait
         if self._rejections:
             interval = min(REJECTED_BACKOFF_MAX, interval * 2 ** min(self._rejections, 6))
         return StepResult(new_status, interval, delete_requested)
@@ -257,6 +345,16 @@ class JobLoop:
             return status, True
         return status, False
 
+    def _due(self, steady: bool, now: float) -> cadence.Due:
+        return cadence.due(
+            steady_now=steady,
+            last_reports=self._probed.reports_at,
+            last_etcd=self._probed.etcd_at,
+            now=now,
+            interval=self._settings.interval,
+            settings=self._settings.cadence,
+        )
+
     async def _observe(
         self,
         spec: JobSpec,
@@ -264,8 +362,11 @@ class JobLoop:
         workers: tuple[PodView, ...],
         etcd_pods: tuple[PodView, ...],
         lost_nodes: frozenset[str],
+        *,
+        due: cadence.Due,
     ) -> Observed:
         if status.phase.finished:
+            self._probed = _Probed()
             return Observed(workers=workers, etcd_pods=etcd_pods, lost_nodes=lost_nodes)
         kueue_reason = await self._kueue_reason(spec, workers)
         timeout = self._settings.probe_timeout
@@ -277,19 +378,39 @@ class JobLoop:
             current = max(etcd_pods, key=lambda p: p.index, default=None)
             if current is not None and current.ip and current.phase is PodPhase.RUNNING:
                 endpoints = [f"{current.ip}:{names.ETCD_CLIENT_PORT}"]
-        reports_task = probes.fetch_reports(self._session, targets, timeout)
+        last = self._probed
+        # A steady job reuses its latest answers between probes, only for the same pods at the
+        # same addresses and the same etcd (a change of either makes the job watchful anyway).
+        poll_reports = due.reports or targets != last.targets
+        probe_etcd = bool(endpoints) and (due.etcd or endpoints != last.endpoints)
+        reports_task = (
+            probes.fetch_reports(self._session, targets, timeout, gate=self._gate)
+            if poll_reports
+            else _known(last.reports)
+        )
         reports: probes.Reports
-        if endpoints:
-            reports, reachable = await asyncio.gather(
-                reports_task, probes.probe_etcd(self._session, endpoints, timeout, self._tls)
+        etcd_reachable: bool | None = None
+        now = self._clock()
+        if probe_etcd:
+            reports, etcd_reachable = await asyncio.gather(
+                reports_task,
+                probes.probe_etcd(self._session, endpoints, timeout, self._tls, gate=self._gate),
             )
-            etcd_reachable: bool | None = reachable
         else:
             reports = await reports_task
-            etcd_reachable = None
             current = max(etcd_pods, key=lambda p: p.index, default=None)
-            if current is not None and current.phase is PodPhase.FAILED:
+            if not endpoints and current is not None and current.phase is PodPhase.FAILED:
                 etcd_reachable = False
+        self._probed = _Probed(
+            targets=targets,
+            reports=reports,
+            reports_at=now if poll_reports else last.reports_at,
+            endpoints=endpoints,
+            # Between probes of a steady job the latest verdict stands for the calm, but the
+            # plan sees ``None`` (no probe this step), so no outage clock moves on old news.
+            etcd=etcd_reachable if probe_etcd else (last.etcd if endpoints else None),
+            etcd_at=now if probe_etcd else last.etcd_at,
+        )
         return Observed(
             workers=workers,
             etcd_pods=etcd_pods,
@@ -423,6 +544,33 @@ class JobLoop:
         self._written = status
         self._written_json = status.to_json()
         self._resource_version = ((job or {}).get("metadata") or {}).get("resourceVersion")
+
+
+@dataclass(frozen=True)
+class _Probed:
+    """A job's latest probe answers (``cadence.py`` decides when to renew them)."""
+
+    targets: Mapping[str, str] = field(default_factory=dict)
+    """The pods ``{name: ip}`` the reports were fetched from."""
+    reports: probes.Reports = field(default_factory=probes.Reports)
+    reports_at: float | None = None
+    endpoints: list[str] = field(default_factory=list)
+    etcd: bool | None = None
+    etcd_at: float | None = None
+
+
+async def _known(reports: probes.Reports) -> probes.Reports:
+    return reports
+
+
+def _digest(pods: Iterable[PodView]) -> tuple[tuple[Any, ...], ...]:
+    """What a pod change that matters to the cadence looks like (not its every field)."""
+    return tuple(
+        sorted(
+            (p.name, p.phase, p.ip, p.ready, p.deleting, p.node, p.start_failure is not None)
+            for p in pods
+        )
+    )
 
 
 def owned_pod(body: Mapping[str, Any], view: PodView) -> OwnedPod | None:

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from . import leadership, netpol
+from .cadence import CadenceSettings
 from .reconciler import LoopSettings
 from .stall import StallSettings
 
@@ -32,8 +33,13 @@ class OperatorSettings:
     log_level: str = "info"
     """``debug``, ``info``, ``warning`` or ``error`` (``ELASTICJOB_LOG_LEVEL``)."""
     loop: LoopSettings = field(default_factory=LoopSettings)
-    """Reconcile interval (``ELASTICJOB_INTERVAL_SECONDS``) and stall thresholds
-    (``ELASTICJOB_ETCD_UNAVAILABLE_AFTER_SECONDS``, ``ELASTICJOB_WAITING_AFTER_SECONDS``)."""
+    """Reconcile interval (``ELASTICJOB_INTERVAL_SECONDS``), stall thresholds
+    (``ELASTICJOB_ETCD_UNAVAILABLE_AFTER_SECONDS``, ``ELASTICJOB_WAITING_AFTER_SECONDS``) and a
+    steady job's probe periods (``ELASTICJOB_STEADY_ETCD_SECONDS``,
+    ``ELASTICJOB_STEADY_REPORT_SECONDS``)."""
+    probe_concurrency: int = 128
+    """Probes of agents and etcds in flight at once, across all jobs
+    (``ELASTICJOB_PROBE_CONCURRENCY``; 0: unbounded)."""
     leader_election: bool = True
     """Act only while holding the Lease (``ELASTICJOB_LEADER_ELECTION``, ``false`` turns it off:
     then nothing stops a second operator from acting too)."""
@@ -72,7 +78,12 @@ class OperatorSettings:
                 interval=_number(env, "ELASTICJOB_INTERVAL_SECONDS", 2.0),
                 stall=stall,
                 policies=_policies(env),
+                cadence=CadenceSettings(
+                    etcd_interval=_number(env, "ELASTICJOB_STEADY_ETCD_SECONDS", 3.0),
+                    report_interval=_number(env, "ELASTICJOB_STEADY_REPORT_SECONDS", 10.0),
+                ),
             ),
+            probe_concurrency=int(_number(env, "ELASTICJOB_PROBE_CONCURRENCY", 128)),
             leader_election=_flag(env, "ELASTICJOB_LEADER_ELECTION", True),
             lease_namespace=env.get("ELASTICJOB_LEASE_NAMESPACE")
             or env.get("POD_NAMESPACE")

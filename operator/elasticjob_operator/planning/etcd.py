@@ -29,6 +29,11 @@ def manage_etcd(
     # Track the probe: when did the current outage start (kept across operator restarts).
     if observed.etcd_reachable is True:
         state = EtcdState(state.generation, state.generation, state.seeded_generation, None)
+    elif _vouched(observed, draft.status.run_id, state):
+        # Someone else reaches etcd: the operator's failing probe is no outage. The clock
+        # starts again with the first failure nobody contradicts, so one step in which every
+        # witness fails together (a loaded machine) cannot add up to an old outage at once.
+        state = EtcdState(state.generation, state.ready_generation, state.seeded_generation, None)
     elif observed.etcd_reachable is False and state.unreachable_since is None:
         state = EtcdState(state.generation, state.ready_generation, state.seeded_generation, now)
     if spec.etcd.mode is EtcdMode.EXTERNAL:
@@ -123,6 +128,14 @@ def manage_etcd(
         if state.generation > 0 and state.ready_generation != state.generation
         else None,
     )
+
+
+def _vouched(observed: Observed, run_id: str, state: EtcdState) -> bool:
+    """Whether an agent of this run or the kubelet (the current managed etcd pod is Ready)
+    reaches the job's etcd in this step."""
+    if any(r.run_id == run_id and r.etcd.reachable for r in observed.reports.values()):
+        return True
+    return any(p.ready and p.index == state.generation for p in observed.etcd_pods)
 
 
 def _served(etcd: PodView, observed: Observed, run_id: str, generation: int) -> bool:

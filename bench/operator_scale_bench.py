@@ -1,0 +1,930 @@
+"""The operator at scale: N ElasticJobs of M nodes on stand-in nodes, measured at 10, 100, ... N.
+
+Each job's pods run on nodes played by ``scale_standins.py`` (one process: the kubelet of every
+stand-in node, every worker pod's agent health server, every job's managed etcd over TLS). The
+operator is the real one, a host process with admin credentials, against the local cluster's
+real API server. For each size (10, 100, ..., N jobs, added in steps) it measures over a window:
+
+- the operator's CPU (cores, from ``/proc``) and RSS (peak of samples every 2 s);
+- reconcile step latency p50/p95 (its ``elasticjob_reconcile_duration_seconds``, interpolated);
+- API requests per second by verb: the API server's ``apiserver_request_total`` minus the
+  requests of the stand-ins and of this script (both counted exactly), so the rest is the
+  operator's plus the control plane's own (small and steady: its controllers and leases); and
+  the ElasticJob status writes per second, which only the operator makes;
+- a cut etcd (a sample of jobs, cut at instants spread over the window) -> ``Stalled`` with
+  reason ``EtcdUnavailable``, p50/p95;
+- a failed worker pod (exit 137, a sample of other jobs) -> its ``WorkerReplaced`` Event, p50/p95;
+- false alarms: jobs with no fault injected, no hostile pod, that got a stall Event or had their
+  etcd recreated (``EtcdRecreated``) at any time in the run.
+
+Then, at N jobs: the same window with 5% of worker pods hostile (``--hostile-fraction``), and a
+leader failover (``--failover``: a standby replica runs from the start; the leader is killed
+with SIGKILL): time until the standby holds the Lease and until it replaces a pod failed just
+after the kill; no job's restart count decreases; no worker index gets more than the one new
+attempt its failure asked for. Clean-up deletes the namespaces (with a deadline; finalizers
+are removed by hand after it) instead of deleting thousands of objects one by one.
+
+Usage (root: the stand-ins' addresses need a local route; starts its own cluster)::
+
+    .venv/bin/python bench/operator_scale_bench.py --jobs 1000 --nodes-per-job 4 --json FILE
+
+The machine's load (1-minute load average and busy CPU share during the window) is printed
+with every figure: on a shared machine the figures are only comparable within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import concurrent.futures
+import contextlib
+import http.client
+import json
+import math
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+import urllib.request
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "localcluster"))
+sys.path.insert(0, str(REPO / "bench"))
+
+import scale_measures as sm  # noqa: E402
+from elasticjob_localcluster import ClusterConfig, LocalCluster, start_cluster  # noqa: E402
+
+TAINT = "elasticjob.dev/scale-bench"
+JOBS_PER_NAMESPACE = 100
+STALL_EVENTS = ("EtcdUnavailable", "WaitingForNodes", "PodsUnschedulable", "PodsNotStarting")
+LEASE = ("default", "elasticjob-operator")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait(what: str, predicate: Callable[[], Any], timeout: float, every: float = 1.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every)
+    raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+class Api:
+    """Synchronous JSON client of the API server (admin token), one kept-alive connection per
+    thread; counts its requests by verb (the bench subtracts them from the server's counts)."""
+
+    def __init__(self, kubeconfig: Path) -> None:
+        config = json.loads(kubeconfig.read_text())
+        cluster = config["clusters"][0]["cluster"]
+        self.server = urllib.parse.urlsplit(cluster["server"])
+        self._ssl = ssl.create_default_context(
+            cadata=base64.b64decode(cluster["certificate-authority-data"]).decode()
+        )
+        self._token = config["users"][0]["user"]["token"]
+        self.counts: Counter[str] = Counter()
+        self._local = threading.local()
+
+    def _connection(self) -> http.client.HTTPSConnection:
+        connection: http.client.HTTPSConnection | None = getattr(self._local, "connection", None)
+        if connection is None:
+            connection = http.client.HTTPSConnection(
+                self.server.hostname or "", self.server.port, context=self._ssl, timeout=60
+            )
+            self._local.connection = connection
+        return connection
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        content_type: str = "application/json",
+        verb: str | None = None,
+    ) -> Any:
+        """The decoded answer; raises ``ApiError`` on an error status."""
+        self.counts[verb or method] += 1
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Authorization": f"Bearer {self._token}", "Content-Type": content_type}
+        for attempt in (1, 2):
+            connection = self._connection()
+            try:
+                connection.request(method, path, body=data, headers=headers)
+                response = connection.getresponse()
+                text = response.read()
+                break
+            except (http.client.HTTPException, OSError):
+                connection.close()
+                self._local.connection = None
+                if attempt == 2:
+                    raise
+        if response.status >= 400:
+            raise ApiError(response.status, f"{method} {path}: {text[:300]!r}")
+        return json.loads(text) if text and path != "/metrics" else text.decode()
+
+    def metrics(self) -> str:
+        text: str = self.call("GET", "/metrics", verb="nonresource")
+        return text
+
+
+class ApiError(RuntimeError):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Operator:
+    """One operator replica, a host process (leader election on, as deployed)."""
+
+    def __init__(
+        self, cluster: LocalCluster, namespaces: list[str], log: Path, source: Path | None
+    ) -> None:
+        self.metrics_port = free_port()
+        env = {
+            **cluster.env,
+            "ELASTICJOB_METRICS_PORT": str(self.metrics_port),
+            "ELASTICJOB_HEALTH_PORT": str(free_port()),
+            "ELASTICJOB_LEASE_NAMESPACE": LEASE[0],
+        }
+        if source is not None:  # another revision's operator (and the agent it imports)
+            env["PYTHONPATH"] = f"{source / 'operator'}:{source / 'agent'}"
+        self.proc = subprocess.Popen(
+            [
+                str(REPO / ".venv" / "bin" / "python"),
+                "-m",
+                "elasticjob_operator",
+                *(f"--namespace={ns}" for ns in namespaces),
+            ],
+            env=env,
+            stdout=log.open("ab"),
+            stderr=subprocess.STDOUT,
+        )
+
+    def metrics(self) -> str:
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=30) as response:
+            return str(response.read().decode())
+
+    def serving(self) -> bool:
+        try:
+            self.metrics()
+        except OSError:
+            return False
+        return True
+
+    def cpu_seconds(self) -> float:
+        return cpu_seconds(self.proc.pid)
+
+    def rss_mib(self) -> float:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return math.nan
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+
+
+class StandIns:
+    def __init__(
+        self, cluster: LocalCluster, nodes: int, subnet: str, work: Path, net: PodNetwork
+    ) -> None:
+        self.port = 8099
+        self.host = net.inside
+        self.proc = subprocess.Popen(
+            [
+                "ip",
+                "netns",
+                "exec",
+                net.netns,
+                str(REPO / ".venv" / "bin" / "python"),
+                str(REPO / "bench" / "scale_standins.py"),
+                f"--kubeconfig={cluster.kubeconfig}",
+                f"--nodes={nodes}",
+                f"--subnet={subnet}",
+                f"--control={self.host}:{self.port}",
+                f"--workdir={work}",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=(work / "standins.log").open("ab"),
+            env={**os.environ, "PYTHONPATH": str(REPO / "agent")},
+        )
+        if self.proc.stdout is None or self.proc.stdout.readline().strip() != b"ready":
+            raise RuntimeError(f"stand-ins did not start; see {work / 'standins.log'}")
+
+    def post(self, path: str, body: Mapping[str, Any]) -> Any:
+        request = urllib.request.Request(
+            f"http://{self.host}:{self.port}{path}",
+            data=json.dumps(body).encode(),
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.loads(response.read())
+
+    def stats(self) -> dict[str, Any]:
+        with urllib.request.urlopen(f"http://{self.host}:{self.port}/stats", timeout=30) as r:
+            data: dict[str, Any] = json.loads(r.read())
+            return data
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def job_manifest(namespace: str, name: str, replicas: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "elasticjob.dev/v1alpha1",
+        "kind": "ElasticJob",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "replicas": replicas,
+            "device": "cpu",
+            "nprocPerNode": 1,
+            "stallTimeoutSeconds": 3600,
+            "template": {
+                "spec": {
+                    "nodeSelector": {TAINT: "true"},
+                    "tolerations": [{"key": TAINT, "operator": "Exists", "effect": "NoSchedule"}],
+                    "containers": [
+                        {"name": "trainer", "image": "x", "command": ["python", "train.py"]}
+                    ],
+                }
+            },
+        },
+    }
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class PodNetwork:
+    """A network namespace of ours holding every stand-in pod address: ``subnet`` is local to
+    it (any address binds), the host routes ``subnet`` to it over a veth pair. The stand-ins
+    listen there, never on the host, so no other process's port can collide with a pod's."""
+
+    netns: str
+    host_veth: str
+    subnet: str
+    outside: str = "10.253.0.1"
+    inside: str = "10.253.0.2"
+
+    @classmethod
+    def create(cls, subnet: str) -> PodNetwork:
+        tag = os.getpid() % 100000
+        net = cls(f"ejscale-{tag}", f"ejsh{tag}", subnet)
+        peer = f"ejsn{tag}"
+        for argv in (
+            ["netns", "add", net.netns],
+            ["link", "add", net.host_veth, "type", "veth", "peer", "name", peer],
+            ["link", "set", peer, "netns", net.netns],
+            ["addr", "add", f"{net.outside}/30", "dev", net.host_veth],
+            ["link", "set", net.host_veth, "up"],
+            ["-n", net.netns, "addr", "add", f"{net.inside}/30", "dev", peer],
+            ["-n", net.netns, "link", "set", peer, "up"],
+            ["-n", net.netns, "link", "set", "lo", "up"],
+            ["-n", net.netns, "route", "add", "default", "via", net.outside],
+            ["-n", net.netns, "route", "add", "local", subnet, "dev", "lo"],
+            ["route", "add", subnet, "via", net.inside],
+        ):
+            subprocess.run(["ip", *argv], check=True, capture_output=True)
+        return net
+
+    def delete(self) -> None:
+        subprocess.run(["ip", "route", "del", self.subnet], check=False, capture_output=True)
+        subprocess.run(["ip", "netns", "delete", self.netns], check=False, capture_output=True)
+        subprocess.run(["ip", "link", "delete", self.host_veth], check=False, capture_output=True)
+
+
+def machine_busy() -> tuple[float, float]:
+    """(busy, total) jiffies of all CPUs since boot."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = values[3] + values[4]
+    return sum(values) - idle, sum(values)
+
+
+def load1() -> float:
+    return float(Path("/proc/loadavg").read_text().split()[0])
+
+
+@dataclass
+class Window:
+    """The figures of one measurement window."""
+
+    label: str
+    jobs: int
+    pods: int
+    seconds: float = 0.0
+    cpu_cores: float = math.nan
+    rss_mib: float = math.nan
+    reconcile_p50_s: float = math.nan
+    reconcile_p95_s: float = math.nan
+    reconciles_per_s: float = math.nan
+    api_per_s: dict[str, float] = field(default_factory=dict)
+    status_writes_per_s: float = math.nan
+    stall_s: list[float] = field(default_factory=list)
+    stall_missed: int = 0
+    event_s: list[float] = field(default_factory=list)
+    event_missed: int = 0
+    machine_busy: float = math.nan
+    load1: float = math.nan
+    standins_cpu_cores: float = math.nan
+
+
+class Bench:
+    def __init__(
+        self, args: argparse.Namespace, cluster: LocalCluster, work: Path, net: PodNetwork
+    ) -> None:
+        self.args = args
+        self.net = net
+        self.cluster = cluster
+        self.api = Api(cluster.kubeconfig)
+        self.work = work
+        count = math.ceil(args.jobs / JOBS_PER_NAMESPACE)
+        self.namespaces = [f"scale-{i}" for i in range(count)]
+        self.created = 0
+        self.faulted: set[tuple[str, str]] = set()
+        self.operators: list[Operator] = []
+        self.standins: StandIns | None = None
+        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=64)
+
+    def job_at(self, i: int) -> tuple[str, str]:
+        return self.namespaces[i // JOBS_PER_NAMESPACE], f"job-{i}"
+
+    # -- set-up -----------------------------------------------------------------------------
+
+    def setup(self) -> None:
+        self.cluster.kubectl("apply", "-f", str(REPO / "crds" / "elasticjob.yaml"))
+        self.cluster.kubectl(
+            "wait", "--for=condition=Established", "crd/elasticjobs.elasticjob.dev"
+        )
+        for ns in self.namespaces:
+            self.api.call("POST", "/api/v1/namespaces", {"metadata": {"name": ns}}, verb="POST")
+        pods = self.args.jobs * (self.args.nodes_per_job + 1)
+        nodes = max(2, math.ceil(pods * 1.5 / 900))
+        self.standins = StandIns(self.cluster, nodes, self.args.subnet, self.work, self.net)
+        source = self.args.operator_source
+        self.operators.append(
+            Operator(self.cluster, self.namespaces, self.work / "operator-a.log", source)
+        )
+        wait("operator serving metrics", self.operators[0].serving, 120)
+        if self.args.failover:
+            # The standby: waits for the Lease, serving nothing else.
+            self.operators.append(
+                Operator(self.cluster, self.namespaces, self.work / "operator-b.log", source)
+            )
+
+    @property
+    def leader(self) -> Operator:
+        return self.operators[0]
+
+    def grow(self, jobs: int) -> float:
+        """Create jobs up to ``jobs``; wait until all have every pod served and phase Running."""
+        began = time.monotonic()
+        while self.created < jobs:
+            batch = range(self.created, min(jobs, self.created + JOBS_PER_NAMESPACE))
+            by_ns: dict[str, list[dict[str, Any]]] = {}
+            for i in batch:
+                ns, name = self.job_at(i)
+                by_ns.setdefault(ns, []).append(job_manifest(ns, name, self.args.nodes_per_job))
+            for items in by_ns.values():
+                self.cluster.kubectl(
+                    "apply",
+                    "-f",
+                    "-",
+                    input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}),
+                )
+            self.created = batch[-1] + 1
+        assert self.standins is not None
+        standins = self.standins
+        pods = jobs * self.args.nodes_per_job
+
+        def ready() -> bool:
+            stats = standins.stats()
+            return bool(stats["workers"] >= pods and stats["etcds"] >= jobs and self._running(jobs))
+
+        wait(f"{jobs} jobs Running on the stand-ins", ready, 180 + jobs * 1.5, 5)
+        return time.monotonic() - began
+
+    def _running(self, jobs: int) -> bool:
+        running = 0
+        for ns in self.namespaces:
+            listed = self.api.call(
+                "GET", f"/apis/elasticjob.dev/v1alpha1/namespaces/{ns}/elasticjobs", verb="LIST"
+            )
+            running += sum(
+                1 for j in listed["items"] if (j.get("status") or {}).get("phase") == "Running"
+            )
+        return running >= jobs - len(self.faulted)  # a faulted job may still be recovering
+
+    # -- faults -----------------------------------------------------------------------------
+
+    def _job_status(self, ns: str, name: str) -> dict[str, Any]:
+        job = self.api.call(
+            "GET", f"/apis/elasticjob.dev/v1alpha1/namespaces/{ns}/elasticjobs/{name}"
+        )
+        status: dict[str, Any] = job.get("status") or {}
+        return status
+
+    def cut_and_time(self, ns: str, name: str, limit: float = 120) -> float | None:
+        assert self.standins is not None
+        self.faulted.add((ns, name))
+        began = time.monotonic()
+        self.standins.post("/cut", {"namespace": ns, "job": name})
+        while time.monotonic() - began < limit:
+            status = self._job_status(ns, name)
+            if any(
+                c.get("type") == "Stalled"
+                and c.get("status") == "True"
+                and c.get("reason") == "EtcdUnavailable"
+                for c in status.get("conditions") or []
+            ):
+                return time.monotonic() - began
+            time.sleep(0.5)
+        return None
+
+    def _events(self, ns: str, selector: str) -> list[dict[str, Any]]:
+        listed = self.api.call(
+            "GET", f"/api/v1/namespaces/{ns}/events?fieldSelector={selector}", verb="LIST"
+        )
+        items: list[dict[str, Any]] = listed["items"]
+        return items
+
+    def fail_and_time(self, ns: str, name: str, limit: float = 120) -> float | None:
+        assert self.standins is not None
+        self.faulted.add((ns, name))
+        selector = f"involvedObject.name={name},reason=WorkerReplaced"
+        before = len(self._events(ns, selector))
+        began = time.monotonic()
+        self.standins.post("/fail", {"namespace": ns, "pod": f"{name}-worker-0-0"})
+        while time.monotonic() - began < limit:
+            if len(self._events(ns, selector)) > before:
+                return time.monotonic() - began
+            time.sleep(0.5)
+        return None
+
+    def fresh_jobs(self, count: int, among: int) -> list[tuple[str, str]]:
+        """``count`` jobs among the first ``among`` with no fault yet, newest first."""
+        hostile = self.hostile_jobs()
+        chosen = []
+        for i in reversed(range(among)):
+            job = self.job_at(i)
+            if job not in self.faulted and job not in hostile:
+                chosen.append(job)
+            if len(chosen) == count:
+                break
+        return chosen
+
+    def hostile_jobs(self) -> set[tuple[str, str]]:
+        assert self.standins is not None
+        out = set()
+        for pod in self.standins.stats()["hostile_pods"]:
+            ns, name = pod.split("/")
+            out.add((ns, name.rsplit("-worker-", 1)[0]))
+        return out
+
+    # -- a window ---------------------------------------------------------------------------
+
+    def window(self, label: str, jobs: int, *, faults: bool = True) -> Window:
+        assert self.standins is not None
+        out = Window(label, jobs, jobs * self.args.nodes_per_job)
+        seconds = self.args.window
+        cuts = min(self.args.stall_sample, max(1, jobs // 5)) if faults else 0
+        fails = min(self.args.stall_sample // 2, max(1, jobs // 10)) if faults else 0
+        sample = self.fresh_jobs(cuts + fails, jobs)
+        apiserver0, operator0 = self.api.metrics(), self.leader.metrics()
+        standin0, mine0 = Counter(self.standins.stats()["api_requests"]), Counter(self.api.counts)
+        cpu0, busy0, began = self.leader.cpu_seconds(), machine_busy(), time.monotonic()
+        standins_cpu0 = cpu_seconds(self.standins.proc.pid)
+        futures = []
+        rss = 0.0
+        for i, when in enumerate(sm.spread(len(sample), 2.0, max(2.0, seconds - 30))):
+            while time.monotonic() - began < when:
+                rss = max(rss, self.leader.rss_mib())
+                time.sleep(max(0.0, min(2.0, when - (time.monotonic() - began))))
+            ns, name = sample[i]
+            timed = self.cut_and_time if i < cuts else self.fail_and_time
+            futures.append((i < cuts, self.pool.submit(timed, ns, name)))
+        while time.monotonic() - began < seconds:
+            rss = max(rss, self.leader.rss_mib())
+            time.sleep(2.0)
+        cpu1, busy1 = self.leader.cpu_seconds(), machine_busy()
+        standins_cpu1 = cpu_seconds(self.standins.proc.pid)
+        apiserver1, operator1 = self.api.metrics(), self.leader.metrics()
+        standin1, mine1 = Counter(self.standins.stats()["api_requests"]), Counter(self.api.counts)
+        out.seconds = time.monotonic() - began
+        out.load1 = load1()
+        out.machine_busy = (busy1[0] - busy0[0]) / max(1, busy1[1] - busy0[1])
+        out.cpu_cores = (cpu1 - cpu0) / out.seconds
+        out.standins_cpu_cores = (standins_cpu1 - standins_cpu0) / out.seconds
+        out.rss_mib = max(rss, self.leader.rss_mib())
+        name = "elasticjob_reconcile_duration_seconds"
+        buckets = sm.bucket_delta(sm.histogram(operator1, name), sm.histogram(operator0, name))
+        out.reconcile_p50_s = sm.histogram_quantile(0.5, buckets)
+        out.reconcile_p95_s = sm.histogram_quantile(0.95, buckets)
+        out.reconciles_per_s = max(buckets.values(), default=0.0) / out.seconds
+        others = Counter(sm.minus(standin1, standin0)) + Counter(sm.minus(mine1, mine0))
+        total = sm.minus(sm.requests_by_verb(apiserver1), sm.requests_by_verb(apiserver0))
+        out.api_per_s = {
+            verb: max(0.0, count - others.get(verb, 0)) / out.seconds
+            for verb, count in total.items()
+        }
+        out.status_writes_per_s = (
+            sm.requests_of(apiserver1, "elasticjobs", "status", "PATCH")
+            - sm.requests_of(apiserver0, "elasticjobs", "status", "PATCH")
+        ) / out.seconds
+        for is_cut, future in futures:
+            took = future.result()
+            if is_cut:
+                out.stall_s += [took] if took is not None else []
+                out.stall_missed += took is None
+            else:
+                out.event_s += [took] if took is not None else []
+                out.event_missed += took is None
+        return out
+
+    def false_alarms(self) -> tuple[int, int]:
+        """(healthy jobs that got a stall Event, healthy jobs whose etcd was recreated)."""
+        spared = self.faulted | self.hostile_jobs()
+        stalled: set[tuple[str, str]] = set()
+        recreated: set[tuple[str, str]] = set()
+        for ns in self.namespaces:
+            for reason in (*STALL_EVENTS, "EtcdRecreated"):
+                for event in self._events(ns, f"reason={reason}"):
+                    job = (ns, event["involvedObject"]["name"])
+                    if job in spared:
+                        continue
+                    (recreated if reason == "EtcdRecreated" else stalled).add(job)
+        return len(stalled), len(recreated)
+
+    # -- failover ---------------------------------------------------------------------------
+
+    def failover(self, jobs: int) -> dict[str, Any]:
+        """Kill the leader; time the standby's Lease and its first replacement of a failed pod;
+        check counts and pod attempts."""
+        before = self._all_jobs()
+        lease_path = f"/apis/coordination.k8s.io/v1/namespaces/{LEASE[0]}/leases/{LEASE[1]}"
+        holder = self.api.call("GET", lease_path)["spec"].get("holderIdentity")
+        sample = self.fresh_jobs(3, jobs)
+        killed = time.monotonic()
+        self.leader.proc.send_signal(signal.SIGKILL)
+        self.leader.proc.wait(timeout=30)
+        futures = [self.pool.submit(self.fail_and_time, ns, name, 240) for ns, name in sample]
+
+        def new_holder() -> bool:
+            spec = self.api.call("GET", lease_path)["spec"]
+            return bool(spec.get("holderIdentity") not in (None, holder))
+
+        wait("the standby to hold the Lease", new_holder, 120, 0.25)
+        lease_s = time.monotonic() - killed
+        acted = [f.result() for f in futures]
+        self.operators.pop(0)
+        time.sleep(20)  # let the new leader step every job a few times
+        after = self._all_jobs()
+        lowered = sum(
+            1
+            for key, total in before.items()
+            if after.get(key, {}).get("restarts", 0) < total.get("restarts", 0)
+        )
+        extra = self._extra_attempts(jobs)
+        return {
+            "lease_s": lease_s,
+            "acts_s": [a for a in acted if a is not None],
+            "missed": sum(1 for a in acted if a is None),
+            "lowered": lowered,
+            "extra_attempts": extra,
+        }
+
+    def _all_jobs(self) -> dict[tuple[str, str], dict[str, int]]:
+        out = {}
+        for ns in self.namespaces:
+            listed = self.api.call(
+                "GET", f"/apis/elasticjob.dev/v1alpha1/namespaces/{ns}/elasticjobs", verb="LIST"
+            )
+            for j in listed["items"]:
+                restarts = (j.get("status") or {}).get("restarts") or {}
+                out[(ns, j["metadata"]["name"])] = {"restarts": int(restarts.get("total") or 0)}
+        return out
+
+    def _extra_attempts(self, jobs: int) -> int:
+        """Worker indexes whose newest attempt is beyond what the injected failures explain
+        (one per failed pod): a pod created twice for one failure would show here."""
+        extra = 0
+        for ns in self.namespaces:
+            listed = self.api.call(
+                "GET",
+                f"/api/v1/namespaces/{ns}/pods?labelSelector=elasticjob.dev/role=worker",
+                verb="LIST",
+            )
+            top: dict[tuple[str, int], int] = {}
+            for pod in listed["items"]:
+                labels = pod["metadata"]["labels"]
+                key = (
+                    labels["elasticjob.dev/job-name"],
+                    int(labels["elasticjob.dev/replica-index"]),
+                )
+                top[key] = max(top.get(key, 0), int(labels["elasticjob.dev/attempt"]))
+            for (job, index), attempt in top.items():
+                allowed = 1 if (ns, job) in self.faulted and index == 0 else 0
+                extra += attempt > allowed
+        return extra
+
+    # -- clean-up ---------------------------------------------------------------------------
+
+    def cleanup(self, deadline: float) -> float:
+        """Delete the namespaces; past ``deadline`` s, remove the jobs' finalizers and
+        force-delete what is left. Returns the seconds it took."""
+        began = time.monotonic()
+        for ns in self.namespaces:
+            with contextlib.suppress(ApiError):
+                self.api.call("DELETE", f"/api/v1/namespaces/{ns}")
+
+        def gone() -> bool:
+            listed = self.api.call("GET", "/api/v1/namespaces", verb="LIST")
+            return not any(n["metadata"]["name"] in self.namespaces for n in listed["items"])
+
+        try:
+            wait("namespaces deleted", gone, deadline, 2)
+        except TimeoutError:
+            for ns in self.namespaces:
+                with contextlib.suppress(ApiError):
+                    listed = self.api.call(
+                        "GET", f"/apis/elasticjob.dev/v1alpha1/namespaces/{ns}/elasticjobs"
+                    )
+                    for j in listed["items"]:
+                        self.api.call(
+                            "PATCH",
+                            f"/apis/elasticjob.dev/v1alpha1/namespaces/{ns}/elasticjobs/"
+                            f"{j['metadata']['name']}",
+                            {"metadata": {"finalizers": None}},
+                            "application/merge-patch+json",
+                        )
+            wait("namespaces deleted after removing finalizers", gone, 120, 2)
+        return time.monotonic() - began
+
+    def stop(self) -> None:
+        for operator in self.operators:
+            operator.stop()
+        if self.standins is not None:
+            self.standins.stop()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+# -- report ---------------------------------------------------------------------------------------
+
+
+def _fmt(value: float, unit: str = "", digits: int = 2) -> str:
+    return "n/a" if math.isnan(value) else f"{value:.{digits}f}{unit}"
+
+
+def _api_total(w: Window) -> float:
+    return sum(w.api_per_s.values())
+
+
+def table(windows: list[Window], extra: list[tuple[str, str]]) -> str:
+    rows: list[tuple[str, ...]] = [("measure", *(w.label for w in windows))]
+
+    def row(name: str, cell: Callable[[Window], str]) -> None:
+        rows.append((name, *(cell(w) for w in windows)))
+
+    row("jobs / worker pods", lambda w: f"{w.jobs} / {w.pods}")
+    row("machine: load1, busy CPU share", lambda w: f"{w.load1:.1f}, {w.machine_busy:.0%}")
+    row("stand-ins CPU (cores)", lambda w: _fmt(w.standins_cpu_cores, "", 2))
+    row("operator CPU (cores)", lambda w: _fmt(w.cpu_cores, "", 3))
+    row("operator CPU per job (millicores)", lambda w: _fmt(1000 * w.cpu_cores / w.jobs, "", 2))
+    row("operator RSS (MiB, peak)", lambda w: _fmt(w.rss_mib, "", 0))
+    row(
+        "reconcile step p50 / p95 (s)",
+        lambda w: f"{_fmt(w.reconcile_p50_s, '', 3)} / {_fmt(w.reconcile_p95_s, '', 3)}",
+    )
+    row("reconcile steps/s", lambda w: _fmt(w.reconciles_per_s, "", 1))
+    row("API requests/s (operator + control plane)", lambda w: _fmt(_api_total(w), "", 1))
+    row(
+        "  by verb",
+        lambda w: (
+            " ".join(f"{v}={r:.1f}" for v, r in sorted(w.api_per_s.items()) if r >= 0.05) or "-"
+        ),
+    )
+    row("API requests/s per job", lambda w: _fmt(_api_total(w) / w.jobs, "", 3))
+    row("ElasticJob status writes/s", lambda w: _fmt(w.status_writes_per_s, "", 2))
+    row(
+        "etcd cut -> Stalled p50 / p95 (s)",
+        lambda w: (
+            f"{_fmt(sm.percentile(w.stall_s, 0.5), '', 1)}"
+            f" / {_fmt(sm.percentile(w.stall_s, 0.95), '', 1)} (n={len(w.stall_s)}, "
+            f"missed {w.stall_missed})"
+        ),
+    )
+    row(
+        "pod failed -> Event p50 / p95 (s)",
+        lambda w: (
+            f"{_fmt(sm.percentile(w.event_s, 0.5), '', 1)}"
+            f" / {_fmt(sm.percentile(w.event_s, 0.95), '', 1)} (n={len(w.event_s)}, "
+            f"missed {w.event_missed})"
+        ),
+    )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = [" | ".join(c.ljust(widths[i]) for i, c in enumerate(r)) for r in rows]
+    lines.insert(1, " | ".join("-" * w for w in widths))
+    lines += ["", *(f"{k}: {v}" for k, v in extra)]
+    return "\n".join(lines)
+
+
+def versions() -> str:
+    found = [f"python {sys.version.split()[0]}"]
+    for package in ("kopf", "aiohttp", "kubernetes_asyncio"):
+        with contextlib.suppress(Exception):
+            found.append(f"{package} {metadata.version(package)}")
+    return ", ".join(found)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument("--nodes-per-job", type=int, default=4)
+    parser.add_argument("--json", type=Path, default=None, help="write the figures here")
+    parser.add_argument("--window", type=float, default=90.0, help="seconds per measurement")
+    parser.add_argument("--stall-sample", type=int, default=20, help="cut etcds per window")
+    parser.add_argument("--hostile-fraction", type=float, default=0.05)
+    parser.add_argument("--no-failover", dest="failover", action="store_false")
+    parser.add_argument("--subnet", default="10.254.0.0/16", help="stand-in pod addresses")
+    parser.add_argument(
+        "--operator-ref",
+        default=None,
+        help="measure the operator of this git revision instead of the work tree's",
+    )
+    args = parser.parse_args()
+    if args.nodes_per_job < 1:
+        parser.error("--nodes-per-job must be at least 1")
+    steps = sm.sizes(args.jobs)
+    routes = subprocess.run(["ip", "route", "show"], capture_output=True, text=True, check=True)
+    if args.subnet in routes.stdout or "10.253.0." in routes.stdout:
+        parser.error(f"{args.subnet} or 10.253.0.0/30 is routed already (another run?)")
+    work = Path(tempfile.mkdtemp(prefix="operator-scale-bench-"))
+    args.operator_source = None
+    if args.operator_ref is not None:
+        args.operator_source = work / "operator-source"
+        args.operator_source.mkdir()
+        archive = subprocess.run(
+            ["git", "-C", str(REPO), "archive", args.operator_ref, "operator", "agent"],
+            capture_output=True,
+            check=True,
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", str(args.operator_source)], input=archive, check=True)
+    config = ClusterConfig(name=f"scale-{os.getpid()}", nodes=1, gpus_per_node=0)
+    cluster = start_cluster(config, owned=True)
+    net = PodNetwork.create(args.subnet)
+    bench = Bench(args, cluster, work, net)
+    windows: list[Window] = []
+    revision = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short", args.operator_ref or "HEAD"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    extra: list[tuple[str, str]] = [
+        ("work directory (logs)", str(work)),
+        ("operator revision", revision + ("" if args.operator_ref else " (work tree)")),
+        ("versions", versions()),
+    ]
+    result: dict[str, Any] = {}
+    try:
+        bench.setup()
+        for jobs in steps:
+            took = bench.grow(jobs)
+            extra.append((f"{jobs} jobs created and Running", f"{took:.0f} s"))
+            time.sleep(20)  # let the creation burst settle
+            windows.append(bench.window(f"{jobs} jobs", jobs))
+            print(table(windows, []), flush=True)
+        false_stalls, recreated = bench.false_alarms()
+        final = windows[-1]
+        if args.hostile_fraction > 0:
+            assert bench.standins is not None
+            bench.standins.post("/hostile", {"fraction": args.hostile_fraction})
+            time.sleep(20)
+            hostile = bench.window(
+                f"{args.jobs} jobs, {args.hostile_fraction:.0%} hostile", args.jobs
+            )
+            windows.append(hostile)
+            for what, a, b in (
+                ("operator CPU", hostile.cpu_cores, final.cpu_cores),
+                ("operator RSS", hostile.rss_mib, final.rss_mib),
+                ("reconcile p95", hostile.reconcile_p95_s, final.reconcile_p95_s),
+                (
+                    "stall p95",
+                    sm.percentile(hostile.stall_s, 0.95),
+                    sm.percentile(final.stall_s, 0.95),
+                ),
+                ("API requests/s", _api_total(hostile), _api_total(final)),
+            ):
+                extra.append((f"hostile / clean, {what}", _fmt(sm.ratio(a, b), "x")))
+        hostile_alarms = bench.false_alarms()
+        extra.append(
+            (
+                "false alarms (stalled, etcd recreated), jobs with no fault or hostile pod",
+                f"{hostile_alarms[0]}, {hostile_alarms[1]}",
+            )
+        )
+        first = windows[0]
+        extra.append(
+            (
+                f"cost per job, CPU, {final.jobs} vs {first.jobs} jobs",
+                _fmt(sm.ratio(final.cpu_cores / final.jobs, first.cpu_cores / first.jobs), "x"),
+            )
+        )
+        extra.append(
+            (
+                f"cost per job, API requests, {final.jobs} vs {first.jobs} jobs",
+                _fmt(sm.ratio(_api_total(final) / final.jobs, _api_total(first) / first.jobs), "x"),
+            )
+        )
+        extra.append(("Kubeflow training operator, same jobs", "not measured (no build here)"))
+        if args.failover:
+            fo = bench.failover(args.jobs)
+            extra.append(("failover: kill -> standby holds the Lease", f"{fo['lease_s']:.1f} s"))
+            extra.append(
+                (
+                    "failover: kill -> standby replaced a pod failed after the kill",
+                    f"p50 {_fmt(sm.percentile(fo['acts_s'], 0.5), ' s', 1)}, max "
+                    f"{_fmt(max(fo['acts_s'], default=math.nan), ' s', 1)}, "
+                    f"missed {fo['missed']}",
+                )
+            )
+            extra.append(("failover: jobs whose restart count decreased", str(fo["lowered"])))
+            extra.append(
+                ("failover: worker indexes with an extra attempt", str(fo["extra_attempts"]))
+            )
+            result["failover"] = fo
+        result.update(
+            {
+                "jobs": final.jobs,
+                "pods": final.pods,
+                "stall_detect_p50_s": sm.percentile(final.stall_s, 0.5),
+                "stall_detect_p95_s": sm.percentile(final.stall_s, 0.95),
+                "false_stalls": false_stalls,
+                "etcd_recreated_healthy": recreated,
+                "operator_cpu_cores": final.cpu_cores,
+                "operator_rss_mib": final.rss_mib,
+                "reconcile_p95_s": final.reconcile_p95_s,
+                "api_requests_per_s": _api_total(final),
+            }
+        )
+        result["details"] = {
+            "windows": [w.__dict__ for w in windows],
+            "api_requests_per_s_by_verb": final.api_per_s,
+            "false_alarms_after_hostile": hostile_alarms,
+        }
+    finally:
+        with contextlib.suppress(Exception):
+            extra.append(
+                (
+                    "clean-up (namespaces deleted)",
+                    f"{bench.cleanup(max(120.0, args.jobs * 0.3)):.0f} s",
+                )
+            )
+        bench.stop()
+        with contextlib.suppress(Exception):
+            cluster.kubectl("delete", "nodes", "-l", f"{TAINT}=true", "--wait=false")
+        net.delete()
+        cluster.stop()
+    print()
+    print(table(windows, extra))
+    if args.json is not None:
+        args.json.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,169 @@
+"""A job's loop on the steady cadence (``reconciler.JobLoop`` with ``cadence.py``), its agents and
+etcd real HTTP servers on loopback, the clock injected, the API behind an in-memory stand-in of
+our own ``Kube`` boundary.
+
+A calm job is probed watchfully (everything, every step) until it has been calm for ``settle``
+seconds; then its etcd alone is checked between polls of its agents, with no plan and no
+status write; an etcd that stops answering makes the next step a full, watchful one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator
+from typing import Any, cast
+
+import pytest
+from elasticjob_agent.protocol.health import DEFAULT_HEALTH_PORT
+from elasticjob_operator import cadence, names, probes
+from elasticjob_operator.kube import Kube
+from elasticjob_operator.names import JobRef
+from elasticjob_operator.reconciler import JobLoop, LoopSettings, OwnedPod
+from elasticjob_operator.spec import JobSpec, parse_spec
+from elasticjob_operator.status import JobStatus, Phase
+
+from tests.unit.operator.opfixtures import JOB, T0, Cluster, raw_spec, report, step
+
+SPEC = raw_spec(replicas=2, minNodes=2, maxNodes=2, etcd={"insecure": True})
+
+
+class Api:
+    """The job as the API server holds it, and what the loop asked of it."""
+
+    def __init__(self) -> None:
+        self.body: dict[str, Any] = {
+            "metadata": {"uid": JOB.uid, "generation": 1, "resourceVersion": "1"},
+            "spec": SPEC,
+        }
+        self.calls: Counter[str] = Counter()
+
+    async def patch_job_status(
+        self, job: JobRef, status: dict[str, Any], resource_version: str | None
+    ) -> str:
+        self.calls["status"] += 1
+        self.body["status"] = copy.deepcopy(status)
+        version = str(int(self.body["metadata"]["resourceVersion"]) + 1)
+        self.body["metadata"]["resourceVersion"] = version
+        return version
+
+    async def post_event(self, *args: Any) -> None:
+        self.calls["event"] += 1
+
+    async def create(self, manifest: Any) -> bool:
+        self.calls["create"] += 1
+        return True
+
+    async def annotate_pod(self, *args: Any) -> None:
+        self.calls["annotate"] += 1
+
+
+class Served:
+    """HTTP servers on one loopback address: the agents' ``/status`` and etcd's ``/health``."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        self.requests = 0
+        self.down = False
+        """Drop every connection without an answer (a process that died)."""
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                await reader.readuntil(b"\r\n\r\n")
+                if self.down:
+                    return
+                self.requests += 1
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\n\r\n%s" % (len(self.body), self.body)
+                )
+                await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+
+@pytest.fixture
+async def world() -> AsyncIterator[tuple[list[OwnedPod], Served, Served, asyncio.Server]]:
+    """Two running workers whose agents report a formed group, and a running etcd pod."""
+    cluster = Cluster()
+    step(cluster, JobStatus(), _spec(), T0)
+    base = f"127.{10 + uuid.uuid4().int % 200}.{uuid.uuid4().int % 250}"
+    cluster.run_all(ip_prefix=f"{base}.")
+    for name in list(cluster.pods):
+        cluster.set(name, ready=True)
+    workers, etcd = cluster.workers(), cluster.etcd()
+    agents = Served(b"")
+    etcd_server = Served(b'{"health": "true"}')
+    servers = []
+    for pod in workers:
+        agents.body = report(pod.name, world_size=2).dumps().encode()
+        servers.append(await asyncio.start_server(agents.handle, pod.ip, DEFAULT_HEALTH_PORT))
+    etcd_listener = await asyncio.start_server(
+        etcd_server.handle, etcd[0].ip, names.ETCD_CLIENT_PORT
+    )
+    pods = [OwnedPod(JOB.uid, p) for p in [*workers, *etcd]]
+    yield pods, agents, etcd_server, etcd_listener
+    for server in [*servers, etcd_listener]:
+        server.close()
+
+
+def _spec() -> JobSpec:
+    return parse_spec(SPEC)
+
+
+async def test_a_calm_job_turns_steady_then_checks_only_etcd_and_writes_nothing(
+    world: tuple[list[OwnedPod], Served, Served, asyncio.Server],
+) -> None:
+    pods, agents, etcd, etcd_listener = world
+    now = [T0 + 10]
+    settings = LoopSettings(
+        cadence=cadence.CadenceSettings(etcd_interval=3.0, report_interval=10.0, settle=20.0)
+    )
+    api = Api()
+    async with probes.new_session() as session:
+        loop = JobLoop(
+            cast(Kube, api), session, JOB, settings, clock=lambda: now[0], gate=probes.ProbeGate(4)
+        )
+        services = frozenset({names.workers_service_name(JOB.name)})
+
+        async def tick(seconds: float) -> float:
+            result = await loop.step(api.body, pods, frozenset(), services)
+            now[0] += seconds
+            return result.next_interval
+
+        # Watchful: every step polls both agents and etcd, until 20 s of calm.
+        for _ in range(4):
+            assert await tick(2.0) == settings.interval
+        assert JobStatus.from_json(api.body["status"]).phase is Phase.RUNNING
+        polled, probed = agents.requests, etcd.requests
+        assert (polled, probed) == (8, 4)
+        for _ in range(8):  # past the 20 s of calm
+            await tick(2.0)
+
+        # Steady: 30 s later the agents were polled about every 10 s and etcd every 3 s, and
+        # the steps between polls of the agents made no plan and wrote nothing.
+        writes = api.calls["status"]
+        polled, probed = agents.requests, etcd.requests
+        start = now[0]
+        while now[0] < start + 30:
+            wait = await tick(0.0)
+            assert 0 < wait <= 3.0
+            now[0] += wait
+        assert agents.requests - polled <= 2 * 4
+        assert etcd.requests - probed >= 9
+        assert api.calls["status"] == writes, "a steady job wrote its status"
+
+        # etcd stops answering: the next check finds it and the step after is watchful.
+        etcd.down = True
+        etcd_listener.close()
+        polled = agents.requests
+        for _ in range(3):
+            await tick(3.0)
+        assert agents.requests - polled >= 4, "the job did not turn watchful"
+        stored = JobStatus.from_json(api.body["status"])
+        assert stored.etcd.unreachable_since is None  # the agents and the kubelet still vouch

@@ -1,0 +1,146 @@
+"""The operator's probe bound (``probes.ProbeGate``) and its verdict under CPU starvation,
+against real HTTP servers on loopback.
+
+The gate bounds how many probes are in flight across all jobs, and a probe's timeout starts
+only once it holds a slot: a probe queued behind others is not a pod that did not answer. A
+timeout that fires long after it was due means the operator's own loop was starved: the etcd
+probe then gives no verdict (``None``) instead of "unreachable".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+import aiohttp
+import pytest
+from elasticjob_agent.protocol.health import AgentState, EtcdStatus, HealthReport
+from elasticjob_operator import probes
+
+REPORT = HealthReport(
+    run_id="run",
+    node="n",
+    state=AgentState.RUNNING,
+    etcd=EtcdStatus(reachable=True, last_contact=1.0, unreachable_since=None),
+).dumps()
+PORT = 29_556
+
+
+class Server:
+    """Answers every request after ``delay`` s; counts the requests it holds at once."""
+
+    def __init__(self, delay: float, body: bytes) -> None:
+        self.delay = delay
+        self.body = body
+        self.active = 0
+        self.most = 0
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await reader.readuntil(b"\r\n\r\n")
+            self.active += 1
+            self.most = max(self.most, self.active)
+            await asyncio.sleep(self.delay)
+            self.active -= 1
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(self.body), self.body)
+            )
+            await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+
+@pytest.fixture
+async def address() -> AsyncIterator[str]:
+    yield f"127.{10 + uuid.uuid4().int % 200}.1.1"
+
+
+async def test_the_gate_bounds_probes_in_flight_and_queued_probes_do_not_time_out(
+    address: str,
+) -> None:
+    # Three probes through one slot take 3 x 0.8 s, longer than the 2 s timeout: each still
+    # answers, because its timeout starts when it gets the slot.
+    server = Server(0.8, REPORT.encode())
+    listening = await asyncio.start_server(server.handle, address, PORT)
+    try:
+        async with probes.new_session() as session:
+            reports = await probes.fetch_reports(
+                session,
+                {"a": address, "b": address, "c": address},
+                within=2.0,
+                port=PORT,
+                gate=probes.ProbeGate(1),
+            )
+    finally:
+        listening.close()
+    assert sorted(reports.valid) == ["a", "b", "c"]
+    assert server.most == 1
+
+
+async def test_an_unbounded_gate_lets_every_probe_run_at_once(address: str) -> None:
+    server = Server(0.5, REPORT.encode())
+    listening = await asyncio.start_server(server.handle, address, PORT)
+    try:
+        async with probes.new_session() as session:
+            reports = await probes.fetch_reports(
+                session, {str(i): address for i in range(4)}, within=5.0, port=PORT
+            )
+    finally:
+        listening.close()
+    assert len(reports.valid) == 4
+    assert server.most == 4
+
+
+async def test_an_etcd_probe_timed_out_by_a_starved_loop_gives_no_verdict(address: str) -> None:
+    server = Server(0.3, b'{"health": "true"}')
+    listening = await asyncio.start_server(server.handle, address, PORT)
+    try:
+        async with probes.new_session() as session:
+            probe = asyncio.ensure_future(
+                probes.probe_etcd(session, [f"{address}:{PORT}"], within=0.2)
+            )
+            await asyncio.sleep(0.05)
+            # The whole process stops for 1 s (as a CPU-starved operator would): the probe's
+            # timeout fires about 0.8 s late, long after etcd answered.
+            time.sleep(1.0)  # noqa: ASYNC251 - blocking the loop is the point
+            verdict = await probe
+    finally:
+        listening.close()
+    assert verdict is None
+
+
+async def test_an_etcd_that_refuses_is_unreachable(address: str) -> None:
+    async with probes.new_session() as session:
+        assert await probes.probe_etcd(session, [f"{address}:{PORT}"], within=1.0) is False
+
+
+async def test_an_etcd_that_answers_is_reachable(address: str) -> None:
+    server = Server(0.0, b'{"health": "true"}')
+    listening = await asyncio.start_server(server.handle, address, PORT)
+    try:
+        async with probes.new_session() as session:
+            assert await probes.probe_etcd(
+                session, [f"{address}:{PORT}"], within=5.0, gate=probes.ProbeGate(2)
+            )
+    finally:
+        listening.close()
+
+
+async def test_a_negative_bound_is_refused() -> None:
+    with pytest.raises(ValueError, match="must not be negative"):
+        probes.ProbeGate(-1)
+
+
+def test_a_session_has_no_pool_bound_of_its_own() -> None:
+    async def limit() -> int:
+        async with probes.new_session() as session:
+            connector = session.connector
+            assert isinstance(connector, aiohttp.TCPConnector)
+            return connector.limit
+
+    assert asyncio.run(limit()) == 0

@@ -15,10 +15,17 @@ pytestmark = pytest.mark.e2e
 
 
 def test_nodes_advertise_gpus(cluster: LocalCluster) -> None:
-    nodes = cluster.get_json("nodes")["items"]
+    want = str(cluster.info["gpus_per_node"])
+
+    def advertised() -> list[dict[str, Any]] | None:
+        # A real node's device plugin registers a moment after the node is Ready: when this
+        # test runs first in a session, the kubelet may not have advertised its GPUs yet.
+        nodes: list[dict[str, Any]] = cluster.get_json("nodes")["items"]
+        gpus = [n["status"].get("allocatable", {}).get("nvidia.com/gpu") for n in nodes]
+        return nodes if all(g == want for g in gpus) else None
+
+    nodes = cluster.wait_for(f"every node advertising {want} GPUs", advertised, timeout=60)
     assert [n["metadata"]["name"] for n in nodes] == cluster.nodes
-    for node in nodes:
-        assert node["status"]["allocatable"]["nvidia.com/gpu"] == str(cluster.info["gpus_per_node"])
     version = json.loads(cluster.kubectl("version", "-o", "json").stdout)["serverVersion"]
     assert version["gitVersion"] == cluster.info["version"]
     assert version["gitVersion"].startswith("v1.3")

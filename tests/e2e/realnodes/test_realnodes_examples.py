@@ -34,7 +34,6 @@ from tests.e2e.realnodes.conftest import (
     diagnostics,
     get_job,
     phase,
-    pods,
     wait_job,
 )
 
@@ -133,6 +132,12 @@ def _apply_example(cluster: LocalCluster, ns: str, name: str, tmp_path: Path) ->
     return dict(job)
 
 
+def _job_pods(cluster: LocalCluster, ns: str, job: str, role: str) -> list[dict[str, Any]]:
+    """The pods of ``role`` of one job (the namespace also holds the other examples' pods)."""
+    selector = f"elasticjob.dev/job-name={job},elasticjob.dev/role={role}"
+    return list(cluster.get_json("pods", "-n", ns, "-l", selector)["items"])
+
+
 def _all_on_real_nodes(cluster: LocalCluster, ns: str, job: str) -> None:
     listing = cluster.get_json("pods", "-n", ns, "-l", f"elasticjob.dev/job-name={job}")
     nodes = {p["metadata"]["name"]: p["spec"].get("nodeName") for p in listing["items"]}
@@ -189,7 +194,7 @@ def test_the_external_etcd_example_trains_on_a_users_etcd_cluster(
         job = body["metadata"]["name"]
         _succeeds(cluster, watched, job, timeout=900)
         # No managed etcd: the rendezvous ran on the user's, under the example's key prefix.
-        assert pods(cluster, watched, "etcd") == []
+        assert _job_pods(cluster, watched, job, "etcd") == []
         prefix = body["spec"]["etcd"]["keyPrefix"]
         keys = cluster.exec_in_pod(
             "infra", "etcd-0",
@@ -216,7 +221,8 @@ def test_the_suspended_example_runs_nothing_until_resumed(
         lambda j: condition(j, "Suspended").get("status") == "True",
     )
     assert phase(suspended) == "Suspended", suspended["status"]
-    assert pods(cluster, watched) == [] and pods(cluster, watched, "etcd") == []
+    assert _job_pods(cluster, watched, job, "worker") == []
+    assert _job_pods(cluster, watched, job, "etcd") == []
     # As its comment says: resume it with a patch; the job then starts its pods.
     cluster.kubectl(
         "patch", f"ej/{job}", "-n", watched, "--type=merge",
@@ -224,7 +230,7 @@ def test_the_suspended_example_runs_nothing_until_resumed(
     )  # fmt: skip
     cluster.wait_for(
         f"{job}'s worker pods after the resume",
-        lambda: len(pods(cluster, watched)) == 2,
+        lambda: len(_job_pods(cluster, watched, job, "worker")) >= 2,
         timeout=120,
     )
     assert condition(get_job(cluster, watched, job), "Suspended").get("status") != "True"

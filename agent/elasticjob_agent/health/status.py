@@ -115,7 +115,6 @@ class AgentStatus:
             steps_done=False if steps is None else steps[2],
             warm_workers=f.warm_workers,
             warm_pool=f.warm_pool,
-
             failure_policy=f.failure_policy,
             progress_timeout_seconds=f.progress_timeout if f.state is AgentState.RUNNING else None,
         )

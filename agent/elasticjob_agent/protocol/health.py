@@ -151,7 +151,6 @@ class HealthReport:
             "stepsDone": self.steps_done,
             "warmWorkers": self.warm_workers,
             "warmPool": self.warm_pool,
-
             "failurePolicy": None if self.failure_policy is None else self.failure_policy.to_json(),
             "progressTimeoutSeconds": self.progress_timeout_seconds,
         }
@@ -223,7 +222,6 @@ class HealthReport:
             steps_done=_opt_bool(data, "stepsDone"),
             warm_workers=_opt_int(data, "warmWorkers") or 0,
             warm_pool=_opt_int(data, "warmPool") or 0,
-
             failure_policy=_opt_decision(data.get("failurePolicy")),
             progress_timeout_seconds=_opt_num(data, "progressTimeoutSeconds"),
         )

@@ -27,9 +27,10 @@ from tests.e2e.realnodes.conftest import (
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 # Exit with CODE on the first RUNS runs of the group (TORCHELASTIC_RESTART_COUNT), else succeed.
+# A str.format template: the f-string's own braces are doubled.
 EXIT_CODE_RUNS = (
     "import os, sys; run = int(os.environ['TORCHELASTIC_RESTART_COUNT']); "
-    "print(f'run {run}: rank {os.environ[\"RANK\"]}', flush=True); "
+    "print(f'run {{run}}: rank {{os.environ[\"RANK\"]}}', flush=True); "
     "sys.exit({code} if run < {runs} else 0)"
 )
 

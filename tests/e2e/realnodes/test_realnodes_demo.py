@@ -2,8 +2,8 @@
 default values (watching the demo's own namespace, so it leaves the other suites' jobs alone),
 examples/elasticjob.yaml as it is, a worker killed through ``kubectl exec``, the node of the
 other worker lost (its replacement resumes from the checkpoint the surviving node's agent
-holds: no shared storage), the managed etcd cut off, and Succeeded. What broke the demo once (its chaos reaching past the job's
-NetworkPolicy from the host) fails here first."""
+holds: no shared storage), the managed etcd cut off, and Succeeded. What broke the demo once
+(its chaos reaching past the job's NetworkPolicy from the host) fails here first."""
 
 from __future__ import annotations
 

@@ -6,8 +6,17 @@ Run it like any torchrun script (it reads ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK
     torchrun --nnodes 1:2 --nproc-per-node 2 --rdzv-backend etcd-v3 \
         --rdzv-endpoint 127.0.0.1:2379 --rdzv-id demo examples/train.py --steps 50
 
-Rank 0 writes a checkpoint every ``--checkpoint-every`` steps (write to a temporary file, then
-rename, so a kill never leaves a torn file) and every rank resumes from the newest one on start.
+Every ``--checkpoint-every`` steps the script checkpoints, in one of two places:
+
+- under ``elasticjob-agent`` with checkpoints on (``spec.checkpoint``: the agent sets
+  ``ELASTICJOB_CHECKPOINT_SOCKET``), every rank hands its state to its node's agent, which keeps
+  it in memory and replicates it to another node's agent; on start every rank restores the
+  newest step complete on every rank, from memory or a peer (docs/checkpoints.md). A replaced
+  node resumes without shared storage.
+- otherwise rank 0 writes ``step-N.pt`` into ``--checkpoint-dir`` (a temporary file, then a
+  rename, so a kill never leaves a torn file) and every rank resumes from the newest one there.
+
+``--checkpoint-store`` picks one by hand.
 One line per event goes to stdout: ``start step=N``, ``resumed from step=N``, ``checkpoint
 step=N``, ``done step=N``. The exit code is 0 when all steps are done. ``main`` runs under
 torch's ``@record``, so an exception reaches the agent (``TORCHELASTIC_ERROR_FILE``), and
@@ -24,6 +33,7 @@ import re
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -56,6 +66,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="where checkpoints live (default $ELASTICJOB_CHECKPOINT_DIR or ./checkpoints)",
     )
     parser.add_argument("--checkpoint-every", type=int, default=5, help="steps between checkpoints")
+    parser.add_argument(
+        "--checkpoint-store",
+        choices=("auto", "agent", "file"),
+        default="auto",
+        help="agent: the node's elasticjob-agent (memory, a peer); file: --checkpoint-dir; "
+        "auto (default): the agent when it offers checkpoints, else the directory",
+    )
     parser.add_argument("--step-sleep", type=float, default=0.0, help="seconds to sleep per step")
     parser.add_argument(
         "--step-time",
@@ -118,6 +135,21 @@ def save_checkpoint(
     os.replace(tmp, final)
 
 
+def agent_checkpointer(store: str) -> Any:
+    """The agent's ``Checkpointer`` for ``--checkpoint-store`` (``None``: use the directory)."""
+    offered = bool(os.environ.get("ELASTICJOB_CHECKPOINT_SOCKET"))
+    if store == "file" or (store == "auto" and not offered):
+        return None
+    if not offered:
+        sys.exit(
+            "--checkpoint-store agent: ELASTICJOB_CHECKPOINT_SOCKET is not set (run under "
+            "elasticjob-agent with checkpoints on: spec.checkpoint.memoryLimit)"
+        )
+    from elasticjob_agent.checkpoint.api import Checkpointer  # noqa: PLC0415
+
+    return Checkpointer()
+
+
 def synthetic_batch(step: int, rank: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """A deterministic batch for (step, rank): y = x @ w + noise, so the loss goes down."""
     gen = torch.Generator().manual_seed(step * 1000 + rank)
@@ -158,14 +190,22 @@ def main(argv: list[str] | None = None) -> int:
         model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1))
         optim = torch.optim.SGD(model.parameters(), lr=0.05)
         ckpt_dir = Path(args.checkpoint_dir)
+        agent = agent_checkpointer(args.checkpoint_store)
         start = 0
-        found = newest_checkpoint(ckpt_dir)
-        if found is not None:
-            state = torch.load(found[1], weights_only=True)
+        if agent is not None:
+            # Collective: every rank gets the newest step complete on every rank.
+            restored = agent.load()
+            state = restored[1] if restored is not None else None
+            source = f" source={agent.last_restore_source}"
+        else:
+            newest = newest_checkpoint(ckpt_dir)
+            state = torch.load(newest[1], weights_only=True) if newest is not None else None
+            source = ""
+        if state is not None:
             model.load_state_dict(state["model"])
             optim.load_state_dict(state["optim"])
             start = int(state["step"])
-            print(f"resumed from step={start} rank={rank}", flush=True)
+            print(f"resumed from step={start} rank={rank}{source}", flush=True)
         # Nodes may not share the checkpoint directory: rank 0's step wins (DDP also broadcasts
         # rank 0's parameters when it wraps the model).
         start_t = torch.tensor([start])
@@ -187,9 +227,18 @@ def main(argv: list[str] | None = None) -> int:
             optim.step()
             done = step + 1
             report_step(done)
-            if rank == 0 and (done % args.checkpoint_every == 0 or done == args.steps):
-                save_checkpoint(ckpt_dir, done, model, optim)
-                print(f"checkpoint step={done} loss={loss.item():.4f}", flush=True)
+            if done % args.checkpoint_every == 0 or done == args.steps:
+                if agent is not None:
+                    # Every rank holds its shard; the copy into memory is all the step waits for.
+                    state = {"step": done, "model": model.state_dict(), "optim": optim.state_dict()}
+                    saved = agent.save(done, state)
+                    if rank == 0 and saved:
+                        print(
+                            f"checkpoint step={done} loss={loss.item():.4f} store=agent", flush=True
+                        )
+                elif rank == 0:
+                    save_checkpoint(ckpt_dir, done, model, optim)
+                    print(f"checkpoint step={done} loss={loss.item():.4f}", flush=True)
             if args.step_sleep:
                 time.sleep(args.step_sleep)
             if args.step_time:

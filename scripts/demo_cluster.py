@@ -11,9 +11,16 @@ on the etcd image):
 3. print one line per change of the job's phase, nodes, round, world size, restarts or stall;
 4. once it trains, SIGKILL one training process of one worker pod through ``kubectl exec`` (a
    failure: spends one restart; the pod and its agent stay, the agent restarts the group);
-5. once it trains again, cut the managed etcd pod off the network (an outage: the operator marks
-   the job ``Stalled``/``EtcdUnavailable``, remediates, and the group re-forms for free);
-6. wait for ``Succeeded`` and print a summary: timeline, restarts by reason, Events.
+5. once it trains again, lose the node of one worker (every process of that real node killed
+   at once, its memory and disk gone with it): the operator replaces the lost pod, and the new
+   pod resumes from the last checkpoint, which it receives from the other node's agent (the
+   example's ``spec.checkpoint``: no shared storage); the node comes back afterwards;
+6. cut the managed etcd pod off the network (an outage: the operator marks the job
+   ``Stalled``/``EtcdUnavailable``, remediates, and the group re-forms for free);
+7. wait for ``Succeeded`` and print a summary: timeline, restarts by reason, Events.
+
+The job is placed so the lost node holds one worker and neither the operator nor the managed
+etcd (a hard spread of one worker per node; everything else prefers the operator's node).
 
 The same ``Scenario`` drives the end-to-end observability test, which passes a callback that keeps
 Prometheus' scrape targets in step with the pods.
@@ -23,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import tempfile
 import time
@@ -44,6 +52,9 @@ OPERATOR_NAMESPACE = "elasticjob-system"
 
 JOB_LABEL = "elasticjob.dev/job-name"
 ROLE_LABEL = "elasticjob.dev/role"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+CHECKPOINTED = re.compile(r"checkpoint step=(\d+)")
+RESUMED = re.compile(r"resumed from step=(\d+) rank=(\d+)(?: source=(\w+))?")
 
 KILL_ONE_WORKER = """
 import json, os, signal, sys, time, urllib.request
@@ -104,6 +115,12 @@ class ClusterOps(Protocol):
 
     def restore_pod(self, namespace: str, pod: str) -> None: ...
 
+    def lose_node(self, node: str) -> None:
+        """Kill every process of a real node at once (its pods' memory goes with it)."""
+        ...
+
+    def restore_node(self, node: str) -> None: ...
+
     def pod_logs(self, namespace: str, pod: str) -> str: ...
 
 
@@ -113,6 +130,7 @@ class PodView:
     role: str
     phase: str
     ip: str | None
+    node: str | None = None
 
 
 @dataclass(frozen=True)
@@ -206,6 +224,8 @@ class Scenario:
     timeout: float = 900.0
     poll: float = 1.0
     observer: Observer | None = None
+    lose_a_node: bool = False
+    """Also lose the node of one worker (real nodes only); the job is placed for it."""
     helm_values: dict[str, str] = field(default_factory=dict)
     release: str = RELEASE
     operator_namespace: str = OPERATOR_NAMESPACE
@@ -224,6 +244,10 @@ class Scenario:
     uid: str = field(init=False, default="")
     """The applied job's uid: Events of earlier jobs of the same name are not this run's."""
     max_world: int = field(init=False, default=0)
+    keep_node: str | None = field(init=False, default=None)
+    """The operator's node: the job's managed etcd prefers it, and it is never lost."""
+    node_lost: str = field(init=False, default="")
+    """What the lost node cost, for the summary."""
     seen_workers: set[str] = field(init=False, default_factory=set)
 
     def __post_init__(self) -> None:
@@ -262,6 +286,8 @@ class Scenario:
                 spec[key] = {**spec.get(key, {}), **value}
             else:
                 spec[key] = [*spec.get(key, []), *value]
+        if self.keep_node is not None:
+            keep_beside(spec, self.keep_node, jobs[0]["metadata"]["name"])
         for container in spec["containers"]:
             if self.steps is not None:
                 container["args"] = with_steps(container.get("args", []), self.steps)
@@ -277,6 +303,8 @@ class Scenario:
         return path
 
     def apply_job(self) -> str:
+        if self.lose_a_node:
+            self.keep_node = self.operator_node()
         path = self.prepared_manifest()
         job = yaml.safe_load(path.read_text())["metadata"]["name"]
         # A finished job of the same name from an earlier run would answer every wait at once.
@@ -310,6 +338,7 @@ class Scenario:
                 role=str(p["metadata"].get("labels", {}).get(ROLE_LABEL, "")),
                 phase=str((p.get("status") or {}).get("phase") or "Pending"),
                 ip=(p.get("status") or {}).get("podIP"),
+                node=(p.get("spec") or {}).get("nodeName"),
             )
             for p in pods_raw.get("items", [])
             if not p["metadata"].get("deletionTimestamp")
@@ -382,6 +411,80 @@ class Scenario:
         self.timeline.note(None, "job-wide failure restart counted")
         return view.round
 
+    def operator_node(self) -> str:
+        found = json.loads(
+            self.ops.kubectl(
+                "get", "pods", "-n", self.operator_namespace,
+                "-l", "app.kubernetes.io/name=elasticjob-operator", "-o", "json",
+            )
+        )  # fmt: skip
+        nodes = sorted(
+            {
+                str(p["spec"]["nodeName"])
+                for p in found.get("items", [])
+                if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")
+            }
+        )
+        if len(nodes) != 1:
+            raise DemoError(f"expected the operator's pod on one node, found it on {nodes}")
+        return nodes[0]
+
+    def logs(self, pod: str) -> str:
+        try:
+            return self.ops.pod_logs(self.namespace, pod)
+        except Exception:  # a pod that went away, a container not started yet
+            return ""
+
+    def node_loss(self) -> None:
+        """Lose the node of a worker that holds neither the operator nor the managed etcd;
+        wait until that worker's replacement resumes from a checkpoint, then restore the node."""
+        view, pods = self.read()
+        spared = {self.keep_node or self.operator_node()}
+        spared |= {p.node for p in pods if p.role == "etcd" and p.node}
+        workers = [p for p in pods if p.role == "worker" and p.phase == "Running" and p.node]
+        victims = sorted({str(p.node) for p in workers} - spared)
+        if not victims:
+            where = {p.name: p.node for p in pods}
+            raise DemoError(f"no worker's node is free of the operator and the etcd: {where}")
+        node = victims[0]
+        lost = sorted(p.name for p in workers if p.node == node)
+        before = {p.name for p in pods}
+        saved = max(
+            (int(n) for p in workers for n in CHECKPOINTED.findall(self.logs(p.name))), default=0
+        )
+        self.timeline.note(
+            view, f"inject: lose node {node} ({', '.join(lost)}; last checkpoint step {saved})"
+        )
+        self.ops.lose_node(node)
+        resumed: dict[str, re.Match[str]] = {}
+
+        def replacement_resumed(_: JobView, now: list[PodView]) -> bool:
+            for pod in now:
+                if pod.role == "worker" and pod.name not in before and pod.phase == "Running":
+                    match = RESUMED.search(self.logs(pod.name))
+                    if match:
+                        resumed[pod.name] = match
+                        return True
+            return False
+
+        try:
+            self.wait_for(
+                "the lost pod's replacement to resume from a checkpoint",
+                replacement_resumed,
+                timeout=min(self.timeout, 480),
+            )
+        finally:
+            self.ops.restore_node(node)
+        ((pod, match),) = resumed.items()
+        step, source = int(match.group(1)), match.group(3) or "its node"
+        if step < saved:
+            raise DemoError(
+                f"{pod} resumed from step {step}, older than step {saved}, the last checkpoint "
+                f"before node {node} was lost{self.diagnostics(self.read()[1])}"
+            )
+        self.node_lost = f"{pod} resumed from step {step} (from {source}; last saved {saved})"
+        self.timeline.note(None, f"{self.node_lost}; node {node} restored")
+
     def etcd_outage(self, hold: float = 15.0) -> None:
         view, pods = self.read()
         etcd = [p.name for p in pods if p.role == "etcd" and p.phase == "Running"]
@@ -421,6 +524,8 @@ class Scenario:
             killed_in = self.kill_worker()
             self.wait_for("training to resume", self.training(after_round=killed_in), self.timeout)
             self.timeline.note(None, "training resumed from the last checkpoint")
+            if self.lose_a_node:
+                self.node_loss()
             self.etcd_outage()
         final = self.wait_for("Succeeded", lambda v, _: v.phase == "Succeeded", self.timeout)
         self.timeline.note(final, "job Succeeded")
@@ -446,12 +551,37 @@ class Scenario:
             f"    outcome:        {final.phase} after {self.timeline.elapsed().strip()}",
             f"    restarts:       {restarts} (spent from maxRestarts: {failures})",
             f"    worker pods:    {self.replaced} replaced; largest world size {self.max_world}",
+            *([f"    node lost:      {self.node_lost}"] if self.node_lost else []),
             "    what happened:",
             *(f"      {r[0]}  {r[-1]}" for r in self.timeline.rows if r[-1]),
             "    events:",
             *(f"      {line}" for line in events.strip().splitlines()),
         ]
         return "\n".join(lines)
+
+
+def keep_beside(spec: dict[str, Any], keep: str, job: str) -> None:
+    """One worker per node at most (a hard spread that ignores tainted, lost nodes, so a
+    replacement fits on a survivor), and the rest of the job, the managed etcd included (it
+    copies the template's node affinity), preferably on node ``keep``."""
+    affinity = spec.setdefault("affinity", {}).setdefault("nodeAffinity", {})
+    affinity.setdefault("preferredDuringSchedulingIgnoredDuringExecution", []).append(
+        {
+            "weight": 100,
+            "preference": {
+                "matchExpressions": [{"key": HOSTNAME_LABEL, "operator": "In", "values": [keep]}]
+            },
+        }
+    )
+    spec.setdefault("topologySpreadConstraints", []).append(
+        {
+            "maxSkew": 1,
+            "topologyKey": HOSTNAME_LABEL,
+            "whenUnsatisfiable": "DoNotSchedule",
+            "nodeTaintsPolicy": "Honor",
+            "labelSelector": {"matchLabels": {JOB_LABEL: job, ROLE_LABEL: "worker"}},
+        }
+    )
 
 
 # -- adapters and the command line -----------------------------------------------------------
@@ -489,6 +619,12 @@ class ClusterAdapter:
     def restore_pod(self, namespace: str, pod: str) -> None:
         self.cluster.restore_pod(namespace, pod)
 
+    def lose_node(self, node: str) -> None:
+        self.cluster.lose_node(node)
+
+    def restore_node(self, node: str) -> None:
+        self.cluster.restore_node(node)
+
     def pod_logs(self, namespace: str, pod: str) -> str:
         return self.cluster.pod_logs(namespace, pod)
 
@@ -516,11 +652,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--steps",
         type=int,
-        default=900,
-        help="training steps (default 900, about 90 s, room for both faults); 0: as written",
+        default=1200,
+        help="training steps (default 1200, about 2 minutes, room for the faults); 0: as written",
     )
     parser.add_argument(
         "--no-faults", action="store_true", help="run the job without injecting failures"
+    )
+    parser.add_argument(
+        "--no-node-loss", action="store_true", help="inject the other faults but lose no node"
     )
     args = parser.parse_args(argv)
     if not args.manifest.is_file():
@@ -552,6 +691,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         release=args.release,
         operator_namespace=args.operator_namespace,
         helm_values={"watchNamespaces": f"{{{args.namespace}}}"} if args.watch_namespace else {},
+        lose_a_node=not args.no_node_loss,
     )
     try:
         final = scenario.run(inject=not args.no_faults)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import socket
 from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 
 from elasticjob_agent.checkpoint.config import SOCKET_ENV, CheckpointSettings
@@ -16,6 +17,12 @@ from elasticjob_agent.etcd.session import EtcdSession
 from elasticjob_agent.protocol.keys import JobKeys
 
 logger = logging.getLogger(__name__)
+
+
+def scope(keys: JobKeys, node: str) -> str:
+    """The agent's own directory under the memory directory: the job's keys and the node."""
+    raw = f"{keys.prefix.strip('/')}-{keys.run_id}-{node}"
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in raw)[-200:]
 
 
 def start_checkpoints(
@@ -30,6 +37,9 @@ def start_checkpoints(
 ) -> dict[str, str]:
     """Start the node's checkpoint service (closed by ``stack``); return the variables the
     workers get. Without etcd (``c10d``) there is no directory of peers: memory and disk."""
+    # One directory per job and node: agents that share a host's memory (hostIPC pods, the
+    # local cluster's emulated nodes) never see each other's shards.
+    settings = replace(settings, directory=str(Path(settings.directory) / scope(keys, node)))
     directory = HolderDirectory(session, keys, node) if session is not None else None
     if directory is None and settings.tls is not None:
         logger.warning("checkpoint: no etcd to find peers (c10d rendezvous): memory and disk only")

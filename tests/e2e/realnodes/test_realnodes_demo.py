@@ -1,8 +1,9 @@
 """`make demo`'s script, run end to end on the session cluster's real nodes: the chart with
 default values (watching the demo's own namespace, so it leaves the other suites' jobs alone),
-examples/elasticjob.yaml as it is, a worker killed through ``kubectl exec``, the managed etcd
-cut off, and Succeeded. What broke the demo once (its chaos reaching past the job's
-NetworkPolicy from the host) fails here first."""
+examples/elasticjob.yaml as it is, a worker killed through ``kubectl exec``, the node of the
+other worker lost (its replacement resumes from the checkpoint the surviving node's agent
+holds: no shared storage), the managed etcd cut off, and Succeeded. What broke the demo once
+(its chaos reaching past the job's NetworkPolicy from the host) fails here first."""
 
 from __future__ import annotations
 
@@ -39,6 +40,9 @@ def test_the_demo_script_passes_on_the_real_nodes(cluster: LocalCluster) -> None
         assert "failure: 1" in summary and "etcd-recovered" in summary, evidence
         assert "inject: kill -9 training process" in done.stdout, evidence
         assert "Stalled, reason EtcdUnavailable" in done.stdout, evidence
+        # The lost node's pod came back on the survivor, from a peer's copy of its checkpoint.
+        (lost,) = [line for line in summary.splitlines() if "node lost:" in line]
+        assert "(from peer;" in lost, evidence
     finally:
         cluster.kubectl("delete", "ej", "--all", "-n", ns, "--wait=true", "--timeout=120s",
                         check=False)  # fmt: skip

@@ -15,7 +15,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from elasticjob_agent.checkpoint.serving import scope
 from elasticjob_agent.ports import free_port
+from elasticjob_agent.protocol.keys import DEFAULT_PREFIX, JobKeys
 
 REPO = Path(__file__).resolve().parents[3]
 WORKER = Path(__file__).resolve().parent / "scripts" / "ckpt_worker.py"
@@ -53,6 +55,8 @@ class Node:
         self.work = base / name
         self.work.mkdir(parents=True, exist_ok=True)
         self.memory = memory or Path("/dev/shm") / f"ej-test-{uuid.uuid4().hex[:10]}" / name
+        # The service keeps its shards in a directory of its own (job and node) under it.
+        self.shards = self.memory / scope(JobKeys(DEFAULT_PREFIX, run_id), name) / "shards"
         self.persist = self.work / "disk" if persist else None
         env = {
             "ELASTICJOB_CHECKPOINT_MEMORY_LIMIT": limit,
@@ -98,7 +102,7 @@ class Node:
         raise AssertionError(f"node {self.name} did not start: {self.log_path.read_text()[-3000:]}")
 
     def shard_file(self, step: int, rank: int, world: int, name: str = "state.bin") -> Path:
-        return self.memory / "shards" / str(step) / f"{rank}-{world}" / name
+        return self.shards / str(step) / f"{rank}-{world}" / name
 
     def lose(self) -> None:
         """The node is gone: its service killed, its memory (and local disk) with it."""

@@ -194,7 +194,7 @@ def test_a_peer_gone_mid_transfer_the_next_source_is_tried_within_the_deadline(
     a, b = nodes("a"), nodes("c")
     run_ranks(tmp_path, [a.socket, b.socket], "save", "--steps", "1,2,3")
     paths = TlsPaths(str(tls["ca"]), str(tls["cert"]), str(tls["key"]))
-    broken = _BrokenPeer(paths, b.memory, ShardId(3, 0, 2), stall=stall)
+    broken = _BrokenPeer(paths, b.shards.parent, ShardId(3, 0, 2), stall=stall)
     # The broken peer sorts before c, so a fresh node tries it first.
     from elasticjob_agent.etcd.session import EtcdSession  # noqa: PLC0415
     from elasticjob_agent.protocol.endpoints import TlsFiles, parse_endpoints  # noqa: PLC0415

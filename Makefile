@@ -4,7 +4,7 @@ PY := .venv/bin/python
 # Long builds (Kubernetes, helm) are cached here, outside the repository.
 export ELASTICJOB_CACHE ?= $(HOME)/.cache/elasticjob
 
-.PHONY: sync-chart setup demo demo-standalone test test-fast lint fmt cluster-build cluster-up cluster-down bench builds kueue-build
+.PHONY: sync-chart setup demo demo-standalone test test-fast test-peer lint fmt cluster-build cluster-up cluster-down bench builds kueue-build
 
 setup:
 	@scripts/setup.sh
@@ -37,6 +37,14 @@ builds: cluster-build images kueue-build
 
 kueue-build: cluster-build
 	@localcluster/kueue/build.sh
+
+# The benchmark peer's tooling (tests/e2e/kubeflow): Kubeflow's training operator, built once
+# from its Go module (a cold build takes 10-35 minutes on 2 cores), against a local cluster.
+# Kept out of `make test`, whose cold run must stay inside CI's 90 minutes; bench/goodput_bench.py
+# and bench/failfast_bench.py use the same tooling.
+test-peer: setup builds
+	@localcluster/kubeflow/build.sh
+	$(PY) -m pytest -q -ra tests/e2e/kubeflow
 
 # Unit and etcd integration tests only (no Kubernetes needed).
 test-fast: setup

@@ -449,9 +449,19 @@ class Scenario:
         node = victims[0]
         lost = sorted(p.name for p in workers if p.node == node)
         before = {p.name for p in pods}
-        saved = max(
-            (int(n) for p in workers for n in CHECKPOINTED.findall(self.logs(p.name))), default=0
-        )
+        # Something to resume from: the training may have started over after the kill.
+        saved = 0
+
+        def checkpointed(_: JobView, now: list[PodView]) -> bool:
+            nonlocal saved
+            running = [p for p in now if p.role == "worker" and p.phase == "Running"]
+            saved = max(
+                (int(n) for p in running for n in CHECKPOINTED.findall(self.logs(p.name))),
+                default=0,
+            )
+            return saved > 0
+
+        self.wait_for("a checkpoint", checkpointed, timeout=min(self.timeout, 300))
         self.timeline.note(
             view, f"inject: lose node {node} ({', '.join(lost)}; last checkpoint step {saved})"
         )
@@ -652,8 +662,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--steps",
         type=int,
-        default=1200,
-        help="training steps (default 1200, about 2 minutes, room for the faults); 0: as written",
+        default=1500,
+        help="training steps (default 1500, 3-4 minutes, room for the faults); 0: as written",
     )
     parser.add_argument(
         "--no-faults", action="store_true", help="run the job without injecting failures"

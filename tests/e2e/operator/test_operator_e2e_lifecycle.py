@@ -75,16 +75,17 @@ def test_example_trains_to_succeeded_and_shows_in_kubectl_get(
     table = cluster.kubectl("get", "ej", "-n", ns).stdout
     header, row = table.splitlines()[:2]
     assert header.split() == [
-        "NAME", "PHASE", "READY", "DESIRED", "RESTARTS", "STEP", "STEPS/S", "REASON", "AGE"
+        "NAME", "PHASE", "READY", "DESIRED", "SPARES", "RESTARTS", "STEP", "STEPS/S", "REASON",
+        "AGE",
     ]  # fmt: skip
     # Columns by the header's offsets: an empty cell (no rate sampled yet) prints as blanks.
     starts = [header.index(name) for name in header.split()]
     cells = [row[a:b].strip() for a, b in zip(starts, [*starts[1:], None], strict=True)]
-    assert cells[:5] == ["train-demo", "Succeeded", "0", "2", "0"] and cells[7] == "Succeeded", (
-        table + evidence(cluster, ns, "train-demo", operator)
-    )
+    assert (
+        cells[:6] == ["train-demo", "Succeeded", "0", "2", "0", "0"] and cells[8] == "Succeeded"
+    ), table + evidence(cluster, ns, "train-demo", operator)
     progress = job["status"].get("progress") or {}
-    assert cells[5] == str(progress.get("step", "")), table
+    assert cells[6] == str(progress.get("step", "")), table
     logs = "".join(cluster.pod_logs(ns, p["metadata"]["name"]) for p in pods(cluster, ns))
     assert "done step=60" in logs
     # Finished pods stay for their logs (cleanPodPolicy Running); the managed etcd is gone.

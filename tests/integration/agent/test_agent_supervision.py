@@ -44,9 +44,11 @@ def _train(tmp_path: Path, steps: int, sleep: float = 0.1) -> list[str]:
 
 
 def _ranks_started(log: str, world_size: int) -> set[int]:
+    # Not \b after the size: the workers share the agent's output, unbuffered, and print() writes
+    # a line and its newline apart, so another rank's line may follow with no newline between.
     return {
         int(m.group(1))
-        for m in re.finditer(rf"start step=\d+ rank=(\d+) world_size={world_size}\b", log)
+        for m in re.finditer(rf"start step=\d+ rank=(\d+) world_size={world_size}(?!\d)", log)
     }
 
 

@@ -99,12 +99,22 @@ WORK_ROOT = Path("/var/tmp/elasticjob-goodput")
 """Host directory shared by every real node (hostPath): checkpoints and progress files."""
 MOUNT = "/shared"
 
-#: SIGKILL one training process of this pod (the agent's or torchrun's children carry
-#: LOCAL_RANK; the agent and torchrun do not); prints the time of the kill.
+#: SIGKILL one training process of this pod; prints the time of the kill. Under elasticjob-agent
+#: its own /status (the pod's loopback) names the workers: a warm worker is forked from the
+#: agent's zygote, so its /proc environ is the zygote's and carries no LOCAL_RANK. Under
+#: torchrun, its children carry LOCAL_RANK in their environ (torchrun itself does not).
 KILL_WORKER = """
-import os, signal, time
+import json, os, signal, time, urllib.request
 me = os.getpid()
+try:
+    with urllib.request.urlopen('http://127.0.0.1:29401/status', timeout=5) as r:
+        pids = [w['pid'] for w in json.load(r).get('workers') or []
+                if w.get('pid') and w.get('exitCode') is None]
+except (OSError, ValueError):
+    pids = []
 for pid in sorted(int(p) for p in os.listdir('/proc') if p.isdigit()):
+    if pids:
+        break
     if pid == me:
         continue
     try:
@@ -113,12 +123,12 @@ for pid in sorted(int(p) for p in os.listdir('/proc') if p.isdigit()):
     except OSError:
         continue
     if any(e.startswith(b'LOCAL_RANK=') for e in env):
-        at = time.time()
-        os.kill(pid, signal.SIGKILL)
-        print(at, pid)
-        break
-else:
+        pids = [pid]
+if not pids:
     raise SystemExit('no training process in this pod')
+at = time.time()
+os.kill(pids[0], signal.SIGKILL)
+print(at, pids[0])
 """
 
 

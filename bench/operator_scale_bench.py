@@ -870,7 +870,7 @@ def main() -> int:
                 _fmt(sm.ratio(_api_total(final) / final.jobs, _api_total(first) / first.jobs), "x"),
             )
         )
-        extra.append(("Kubeflow training operator, same jobs", "not measured (no build here)"))
+        extra.append(("Kubeflow training operator, same jobs", "not measured (not in this bench)"))
         if args.failover:
             fo = bench.failover(args.jobs)
             extra.append(("failover: kill -> standby holds the Lease", f"{fo['lease_s']:.1f} s"))

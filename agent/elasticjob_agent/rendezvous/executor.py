@@ -106,7 +106,7 @@ class Executor:
         self._lease = lease
         self.etcd_timeout = etcd_timeout
         self.clock = clock
-        self._memberships: dict[tuple[int, int], Membership] = {}
+        self._memberships: dict[tuple[int, int, rank_table.Record], Membership] = {}
         self.joined_at: float | None = None
         """``clock()`` when this node's last successful join committed (for benchmarks)."""
         self.standby_since: float | None = None
@@ -179,7 +179,10 @@ class Executor:
         address in the round ``record`` completed (at ``revision``): one read of this node's
         bucket of the rank table the completer published, however large the round."""
         p = record.round
-        cached = self._memberships.get((p, my_create))
+        # Keyed by the whole record too: an etcd recreated by the operator numbers its rounds and
+        # revisions from the start again, so (round, create revision) alone can name a round of
+        # the lost etcd, whose master is gone (two nodes then wait at two masters).
+        cached = self._memberships.get((p, my_create, record))
         if cached is not None:
             return cached
         key = self.keys.ranks(p, rank_table.bucket_of(self.node, record.buckets))
@@ -195,7 +198,7 @@ class Executor:
             max_nodes=max_nodes,
             revision=revision,
         )
-        self._memberships[(p, my_create)] = membership
+        self._memberships[(p, my_create, record)] = membership
         return membership
 
     async def read_roster(self, p: int, max_nodes: int) -> Snapshot:

@@ -20,6 +20,7 @@ from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handl
 
 from tests.integration.conftest import EtcdServer
 from tests.integration.rendezvous.helpers import (
+    Result,
     assert_one_group,
     make_handler,
     new_run_id,
@@ -370,3 +371,31 @@ def _swallow(fn: object, errors: list[BaseException] | None = None) -> None:
     except BaseException as exc:
         if errors is not None:
             errors.append(exc)
+
+
+def test_a_recreated_etcd_is_a_new_history_for_every_node(etcd_server: EtcdServer) -> None:
+    """The operator recreates a lost etcd empty: rounds and revisions start over there. The
+    nodes must form the new round 0 with its own master, never one remembered from the old
+    etcd's round 0 (seen once: two nodes waiting at two masters, the job hung)."""
+    run_id = new_run_id()
+    a = make_handler(etcd_server.endpoint, run_id, "a", etcd_timeout=10, heartbeat=1)
+    b = make_handler(etcd_server.endpoint, run_id, "b", etcd_timeout=10, heartbeat=1)
+    try:
+        before = rendezvous_all([a, b])
+        assert all(r.error is None and r.round == 0 for r in before), before
+        etcd_server.wipe()
+        after: list[Result] = []
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            # The first attempts may see the old leases gone; an agent retries the same way.
+            after = rendezvous_all([a, b])
+            if all(r.error is None for r in after):
+                break
+            time.sleep(0.5)
+        assert all(r.error is None for r in after), after
+        assert after[0].round == after[1].round, after
+        assert after[0].master == after[1].master, (before, after)
+        assert sorted(r.rank for r in after) == [0, 1], after
+    finally:
+        a.shutdown()
+        b.shutdown()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +30,15 @@ def cache_dir() -> Path:
     """``$ELASTICJOB_CACHE`` (default ``~/.cache/elasticjob``): binaries and cluster state."""
     raw = os.environ.get("ELASTICJOB_CACHE")
     return Path(raw) if raw else Path.home() / ".cache" / "elasticjob"
+
+
+def run_cached_build(tool: str, error: type[Exception]) -> None:
+    """Run ``localcluster/<tool>/build.sh`` (a no-op when its cache is built); ``error`` with the
+    end of its stderr when it fails."""
+    script = repo_root() / "localcluster" / tool / "build.sh"
+    done = subprocess.run([str(script)], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise error(f"{script} failed:\n{done.stderr[-4000:]}")
 
 
 def k8s_bin_dir() -> Path:

@@ -43,7 +43,7 @@ from typing import Any
 import yaml
 from elasticjob_agent.ports import free_port
 
-from .config import cache_dir, repo_root, tool_path
+from .config import cache_dir, run_cached_build, tool_path
 from .handle import LocalCluster
 
 #: The release ``localcluster/kubeflow/build.sh`` builds (keep the two in step).
@@ -72,10 +72,7 @@ def kubeflow_dir() -> Path:
 
 def build_training_operator() -> Path:
     """Run ``localcluster/kubeflow/build.sh`` (a no-op when built); returns the cache directory."""
-    script = repo_root() / "localcluster" / "kubeflow" / "build.sh"
-    done = subprocess.run([str(script)], capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise TrainingOperatorError(f"{script} failed:\n{done.stderr[-4000:]}")
+    run_cached_build("kubeflow", TrainingOperatorError)
     return kubeflow_dir()
 
 

@@ -34,7 +34,7 @@ from typing import Any
 import yaml
 from elasticjob_agent.ports import free_port
 
-from .config import cache_dir, repo_root, tool_path
+from .config import cache_dir, run_cached_build, tool_path
 
 #: The Kueue release ``localcluster/kueue/build.sh`` builds (keep the two in step).
 KUEUE_VERSION = "v0.17.1"
@@ -61,10 +61,7 @@ def kueue_dir() -> Path:
 
 def build_kueue() -> Path:
     """Run ``localcluster/kueue/build.sh`` (a no-op when built); returns the cache directory."""
-    script = repo_root() / "localcluster" / "kueue" / "build.sh"
-    done = subprocess.run([str(script)], capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise KueueError(f"{script} failed:\n{done.stderr[-4000:]}")
+    run_cached_build("kueue", KueueError)
     return kueue_dir()
 
 

@@ -211,8 +211,8 @@ MAX_REASONS = 16
 
 @dataclass(frozen=True)
 class FinalCounts:
-    """The job-wide restart counts an agent saw as it exited on the spent budget: the count
-    that spent it reaches the operator even when the agent exits before its next health poll.
+    """The job-wide restart counts an agent saw as it exited on the spent budget or on success:
+    the last counts reach the operator even when the agent exits before its next health poll.
     Untrusted like a health report (``from_json`` is strict)."""
 
     run_id: str
@@ -247,13 +247,18 @@ def termination_message(
     failure: WorkerFailure | None,
     counts: FinalCounts | None = None,
     decision: Mapping[str, Any] | None = None,
+    headline: str | None = None,
 ) -> bytes:
     """What the container's termination message file gets: the failure's summary line, then its
-    record as JSON, then (on the spent budget's exit) the final counts as JSON, or (on a
-    failure policy's ``FailJob``) the ``decision`` as JSON (``{"failurePolicy": ...}``), within
+    record as JSON, then (on the agent's final exit) the final counts as JSON, and (after a
+    failure policy's decision) the ``decision`` as JSON (``{"failurePolicy": ...}``), within
     ``MAX_TERMINATION_MESSAGE`` bytes (the record's JSON is dropped first if it does not fit).
-    Without a failure of this node's own: a line saying so, then the counts."""
-    text = "restart budget spent" if failure is None else failure.summary()
+    Without a failure of this node's own: ``headline`` (by default, that the budget is spent),
+    then the counts."""
+    if failure is not None:
+        text = failure.summary()
+    else:
+        text = "restart budget spent" if headline is None else headline
     summary = text.encode("utf-8", errors="replace")[: MAX_TERMINATION_MESSAGE - 1] + b"\n"
     record = b""
     if failure is not None:

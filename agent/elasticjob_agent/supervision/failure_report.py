@@ -54,14 +54,15 @@ def write_termination_message(
     path: str | None = None,
     counts: FinalCounts | None = None,
     decision: Mapping[str, Any] | None = None,
+    headline: str | None = None,
 ) -> bool:
-    """Write the failure (and, on the spent budget's exit, the final ``counts``) to the
+    """Write the failure (and, on the agent's final exit, the final ``counts``) to the
     container's termination message file, if it is writable (outside Kubernetes it usually is
     not: nothing is written, nothing fails)."""
     target = path or os.environ.get("ELASTICJOB_TERMINATION_LOG") or TERMINATION_LOG
     try:
         with open(target, "wb") as out:
-            out.write(termination_message(failure, counts, decision))
+            out.write(termination_message(failure, counts, decision, headline))
     except OSError as exc:
         logger.debug("no termination message at %s: %s", target, exc)
         return False

@@ -173,6 +173,12 @@ class Supervisor:
         self._root_cause: WorkerFailure | None = None
         """The last root cause written to the termination message (rewritten with the final
         counts when the budget is spent)."""
+        self._decision: Mapping[str, Any] | None = None
+        """The failure policy's last decision written to the termination message (kept when it
+        is rewritten)."""
+        self._counts: RestartCounts | None = None
+        """The job-wide restart counts as this agent last saw them (at its round's start or its
+        group's stop): the final counts it leaves in the termination message when it exits."""
         self._round_cause: WorkerFailure | None = None
         """This round's root cause, if this agent saw one (what the failure policy judges)."""
         self._oom_kills_at_start: int | None = None
@@ -241,6 +247,7 @@ class Supervisor:
         )
         self._metrics.set_round(self._round, assignment.global_world_size, rdzv_seconds)
         self._metrics.set_restarts(counts.full())
+        self._counts = counts
         envs = {
             lr: worker_env(
                 ctx,
@@ -515,7 +522,18 @@ class Supervisor:
     def _write_root_cause(self, failure: WorkerFailure) -> None:
         self._root_cause = failure
         self._round_cause = failure
-        write_termination_message(failure)
+        self._write_termination()
+
+    def _write_termination(self, final: bool = False, headline: str | None = None) -> None:
+        """The termination message: this node's last root cause, the policy's last decision
+        and, when ``final`` (the agent exits now, maybe before the operator's next poll), the
+        restart counts it last saw. The kubelet keeps the message after we exit."""
+        counts = None
+        if final and self._counts is not None:
+            counts = FinalCounts(self._handler.get_run_id(), dict(self._counts.by_reason))
+        write_termination_message(
+            self._root_cause, counts=counts, decision=self._decision, headline=headline
+        )
 
     def _membership_change(self) -> RestartReason | None:
         try:
@@ -609,14 +627,15 @@ class Supervisor:
             recorded = self._etcd(lambda: self._counter.record(self._round, reason))
             if decision is not None and recorded.counted:
                 self._status.update(failure_policy=decision)
-                # The kubelet keeps it after we exit, which may be before the next poll.
-                write_termination_message(self._root_cause, decision=decision.to_json())
+                self._decision = decision.to_json()
+                self._write_termination()
         else:
             if counts is None:
                 counts = self._etcd(self._counter.read)
             recorded = Recorded(False, reason, counts)
         codes = self._workers.stop(self._s.shutdown_timeout)
         counts = recorded.counts
+        self._counts = counts
         self._metrics.set_restarts(counts.full())
         self._status.update(restarts_by_reason=counts.full())
         self._events.info(
@@ -631,9 +650,8 @@ class Supervisor:
         verdict = judge_budget(counts, self._s.max_restarts)
         if verdict.exhausted:
             self._etcd(lambda: self._counter.mark_budget_spent(counts, self._s.max_restarts))
-            # The operator may never poll this count (we exit now): the kubelet keeps it.
-            final = FinalCounts(self._handler.get_run_id(), dict(counts.by_reason))
-            write_termination_message(self._root_cause, counts=final)
+            # The operator may never poll this count (we exit now).
+            self._write_termination(final=True)
             try:
                 self._handler.set_closed()
             except RendezvousError as exc:
@@ -680,7 +698,8 @@ class Supervisor:
             return
         self._status.update(failure_policy=decision)
         self._etcd(lambda: self._counter.mark_failed_by_policy(decision))
-        write_termination_message(self._root_cause, decision=decision.to_json())
+        self._decision = decision.to_json()
+        self._write_termination()
         try:
             self._handler.set_closed()
         except RendezvousError as exc:
@@ -736,6 +755,8 @@ class Supervisor:
             self._handler.shutdown()
         except RendezvousError as exc:
             logger.warning("rendezvous shutdown failed: %s", exc)
+        # The last round's restarts may have come after the operator's last poll.
+        self._write_termination(final=True, headline="all workers exited 0")
         raise _Exit(ExitCode.SUCCEEDED, "all workers exited 0")
 
     def _etcd(self, fn: Callable[[], Any]) -> Any:

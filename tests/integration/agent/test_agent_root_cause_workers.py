@@ -96,6 +96,28 @@ def test_the_budget_spending_exit_leaves_the_final_counts_in_the_termination_mes
     assert counts == FinalCounts(run_id, {"failure": 2}), message
 
 
+def test_a_succeeding_agent_leaves_the_final_counts_in_the_termination_message(
+    etcd_server_session: Any, spawn_agent: Spawn, tmp_path: Path
+) -> None:
+    # The last restarts may come after the operator's last poll and the job may finish within
+    # a second of them: the succeeded pod's termination message carries the count (seen in CI:
+    # a job restarted twice finished with one restart in its status).
+    termination_log = tmp_path / "termination-log"
+    run_id = f"t-{uuid.uuid4().hex[:10]}"
+    flags = [*rdzv_flags(etcd_server_session.endpoint, run_id, "1:1"), "--max-restarts", "2"]
+    agent = spawn_agent(
+        "a",
+        [*flags, str(SCRIPTS / "exit_code_runs.py"), "3", "2"],
+        env={"ELASTICJOB_TERMINATION_LOG": str(termination_log), "POD_NAME": "job-worker-0-0"},
+    )
+    assert agent.wait_exit(240) == ExitCode.SUCCEEDED, agent.log()[-3000:]
+    message = termination_log.read_text()
+    assert message.startswith("rank 0 on job-worker-0-0 exited with code 3"), message
+    failure = from_termination_message(message)
+    assert failure is not None and failure.round == 1, message
+    assert counts_from_termination_message(message) == FinalCounts(run_id, {"failure": 2}), message
+
+
 @pytest.mark.parametrize("warm", ["1", "0"], ids=["warm-worker", "cold-worker"])
 def test_a_missing_script_is_explained_by_the_workers_stderr(
     etcd_server_session: Any, spawn_agent: Spawn, tmp_path: Path, warm: str

@@ -6,7 +6,7 @@ Flags: ``--namespace NS`` (repeatable) or ``--all-namespaces``, ``--liveness URL
 With leader election (the default) the process first acquires the Lease, standing by (and
 answering its liveness probe) while another operator holds it; it runs kopf only while it holds
 the Lease, and exits at once (code ``LOST_LEADERSHIP``) when it loses it, so that two operators
-never act together.
+never act together. The Lease is renewed from a thread of its own (``election.LeaseKeeper``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import kopf
 from aiohttp import web
 
 from . import handlers  # noqa: F401 - importing registers the handlers with kopf
-from .election import Elector
+from .election import Elector, LeaseKeeper
 from .kube import Kube
 from .settings import OperatorSettings, SettingsError
 
@@ -88,14 +88,18 @@ async def _serve(
     if not settings.leader_election:
         await operator
         return 0
+
+    def elector_on(kube: Kube) -> Elector:
+        return Elector(
+            kube,
+            namespace=settings.lease_namespace,
+            name=settings.lease_name,
+            identity=settings.identity,
+            timings=settings.lease,
+        )
+
     kube = await Kube.connect()
-    elector = Elector(
-        kube,
-        namespace=settings.lease_namespace,
-        name=settings.lease_name,
-        identity=settings.identity,
-        timings=settings.lease,
-    )
+    elector = elector_on(kube)
     standby = await _standby_liveness(settings.health_port) if settings.health_port else None
     try:
         await elector.acquire()
@@ -105,19 +109,21 @@ async def _serve(
     finally:
         if standby is not None:
             await standby.cleanup()
-    running = asyncio.ensure_future(operator)
-    holding = asyncio.ensure_future(elector.hold())
-    await asyncio.wait({running, holding}, return_when=asyncio.FIRST_COMPLETED)
-    if holding.done():
-        # Stop acting at once: a graceful kopf shutdown would let daemons write for seconds
-        # while another operator may already act.
-        log.error("leadership lost (%s): exiting", holding.result())
+    await kube.close()
+
+    def lost(reason: str) -> None:
+        # Stop acting at once (from the keeper's thread): a graceful kopf shutdown would let
+        # daemons write for seconds while another operator may already act.
+        log.error("leadership lost (%s): exiting", reason)
         logging.shutdown()
         os._exit(LOST_LEADERSHIP)
-    holding.cancel()
-    await elector.release()
-    await kube.close()
-    running.result()
+
+    keeper = LeaseKeeper(Kube.connect, elector_on, lost)
+    keeper.start()
+    try:
+        await operator
+    finally:
+        await asyncio.to_thread(keeper.stop, settings.lease.renew_deadline)
     return 0
 
 

@@ -3,14 +3,21 @@
 ``acquire`` returns once this process holds the Lease; ``hold`` renews it and returns when the
 Lease is lost (another holder, or no successful renewal for ``renew_deadline``). The caller stops
 acting at once when ``hold`` returns: ``__main__`` exits the process.
+
+``LeaseKeeper`` runs ``hold`` in a thread of its own, with its own event loop and API client:
+the operator's loop may be busy for seconds (hundreds of jobs created at once), and a renewal
+queued behind that work once cost the leader its Lease. client-go renews from a goroutine of its
+own for the same reason.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from .kube import Kube, KubeError, micro_time
 from .leadership import LeaseRecord, LeaseTimings, Move, Observation, decide, next_record, released
@@ -102,3 +109,72 @@ class Elector:
                 log.info("%s released", self.where)
         except KubeError as exc:
             log.warning("%s: cannot release: %s", self.where, exc)
+
+
+class LeaseKeeper:
+    """Holds the Lease from a thread of its own (see the module's docstring).
+
+    ``connect`` makes the thread's own API client (a client belongs to the event loop that made
+    it); ``make`` builds the elector on it. ``on_lost(reason)`` is called from the keeper's
+    thread when the Lease is lost; it must stop the process from acting (``__main__`` exits).
+    """
+
+    def __init__(
+        self,
+        connect: Callable[[], Awaitable[Kube]],
+        make: Callable[[Kube], Elector],
+        on_lost: Callable[[str], None],
+    ) -> None:
+        self._connect = connect
+        self._make = make
+        self._on_lost = on_lost
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._main, name="lease-keeper", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float) -> None:
+        """Stop renewing and hand the Lease back (a clean shutdown); returns within ``timeout``
+        seconds."""
+        deadline = time.monotonic() + timeout
+        self._ready.wait(timeout)
+        loop, stop = self._loop, self._stop
+        if loop is not None and stop is not None and not loop.is_closed():
+            # The loop may close in between: the thread is ending anyway.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(stop.set)
+        self._thread.join(max(0.0, deadline - time.monotonic()))
+
+    def _main(self) -> None:
+        try:
+            reason = asyncio.run(self._keep())
+        except Exception as exc:  # any failure of the keeper loses the Lease
+            log.exception("lease keeper failed")
+            reason = f"the lease keeper failed: {exc!r}"
+        finally:
+            self._ready.set()
+        if reason is not None:
+            self._on_lost(reason)
+
+    async def _keep(self) -> str | None:
+        """``None`` after a clean stop (the Lease handed back), else why it was lost."""
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        self._ready.set()
+        kube = await self._connect()
+        try:
+            elector = self._make(kube)
+            holding = asyncio.ensure_future(elector.hold())
+            stopping = asyncio.ensure_future(self._stop.wait())
+            await asyncio.wait({holding, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if holding.done():
+                stopping.cancel()
+                return holding.result()
+            holding.cancel()
+            await elector.release()
+            return None
+        finally:
+            await kube.close()

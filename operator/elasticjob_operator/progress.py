@@ -4,9 +4,10 @@ argument).
 Agents report the highest step their workers reached in the current round and when
 (``lastStep``, ``lastStepAt``; ``elasticjob_agent.progress.report_step``). The job's progress is
 the highest step over the agents of the newest running round, and its time the newest report.
-``status.progress`` moves at most once per ``SAMPLE_SECONDS`` of the agents' time, so steady
-training costs one status write per sample, and ``stepsPerSecond`` is the rate between two
-samples.
+``status.progress`` moves at most once per sample period of the agents' time
+(``ELASTICJOB_PROGRESS_SAMPLE_SECONDS``, ``SAMPLE_SECONDS`` by default), so steady training costs
+one status write per job per period (at 1000 jobs, 33 a second with the default), and
+``stepsPerSecond`` is the rate between two samples.
 
 ``NoProgress`` (with ``spec.progressTimeoutSeconds``): no rank reported a step for the timeout
 after the first one, seen either in the reports or, more reliably, as a group restart the agents
@@ -27,8 +28,8 @@ from elasticjob_agent.protocol.health import AgentState, HealthReport
 from .conditions import rfc3339
 from .observed import parse_time
 
-SAMPLE_SECONDS = 10.0
-"""Least time (agents' clocks) between two updates of ``status.progress``."""
+SAMPLE_SECONDS = 30.0
+"""Least time (agents' clocks) between two updates of ``status.progress``, by default."""
 NO_PROGRESS = "NoProgress"
 
 
@@ -115,8 +116,10 @@ def group_progress(reports: Iterable[HealthReport], run_id: str) -> GroupProgres
     )
 
 
-def advance(state: ProgressState | None, seen: GroupProgress | None) -> ProgressState | None:
-    """The next ``status.progress``: unchanged until ``SAMPLE_SECONDS`` passed since the last
+def advance(
+    state: ProgressState | None, seen: GroupProgress | None, period: float = SAMPLE_SECONDS
+) -> ProgressState | None:
+    """The next ``status.progress``: unchanged until ``period`` seconds passed since the last
     sample; a step lower than the last (a restart resumed from a checkpoint) starts anew."""
     if seen is None:
         return state
@@ -126,7 +129,7 @@ def advance(state: ProgressState | None, seen: GroupProgress | None) -> Progress
     if seen.done and seen.step == state.step:
         return state  # finished at this step: nothing new to sample
     elapsed = seen.at - state.at
-    if elapsed < SAMPLE_SECONDS:
+    if elapsed < period:
         return state
     if seen.step < state.step:
         return ProgressState(seen.step, seen.at, timeout_seconds=timeout)

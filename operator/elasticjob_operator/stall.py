@@ -45,6 +45,8 @@ class StallSettings:
     """How long a new etcd that was never reached may take to start before it counts as down."""
     waiting_after: float = 15.0
     """Seconds agents may wait in rendezvous with too few nodes before it counts as a stall."""
+    progress_sample: float = 30.0
+    """Least seconds between two samples of ``status.progress`` (``progress.py``)."""
 
 
 @dataclass(frozen=True)

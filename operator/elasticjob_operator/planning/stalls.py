@@ -43,8 +43,10 @@ def no_progress(
     return None if verdict is None else Stall(StallReason.NO_PROGRESS, verdict.message)
 
 
-def track_progress(draft: Draft, seen: progress.GroupProgress | None, stall: Stall | None) -> None:
-    state = progress.advance(draft.status.progress, seen)
+def track_progress(
+    draft: Draft, seen: progress.GroupProgress | None, stall: Stall | None, period: float
+) -> None:
+    state = progress.advance(draft.status.progress, seen, period)
     if (
         state is not None
         and stall is not None

@@ -80,6 +80,8 @@ class OperatorProcess:
             "ELASTICJOB_LEASE_DURATION_SECONDS": "6",
             "ELASTICJOB_LEASE_RENEW_DEADLINE_SECONDS": "4",
             "ELASTICJOB_LEASE_RETRY_PERIOD_SECONDS": "1",
+            # The progress test's 40 s of steps see two samples.
+            "ELASTICJOB_PROGRESS_SAMPLE_SECONDS": "10",
         }
         env.pop("KUBERNETES_SERVICE_HOST", None)
         args = [str(REPO / ".venv" / "bin" / "elasticjob-operator")]

@@ -49,7 +49,7 @@ def test_a_stopped_rank_is_no_progress_restarted_as_hang_and_the_job_finishes(
         progressTimeoutSeconds=10,
     )
     cluster.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(manifest))
-    # Steps reach the status (sampled every 10 s of the agents' time), with a rate.
+    # Steps reach the status (sampled every 10 s of the agents' time here), with a rate.
     job = wait_job(
         cluster,
         ns,

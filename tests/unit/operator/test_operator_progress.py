@@ -11,6 +11,7 @@ from elasticjob_operator import metrics, progress
 from elasticjob_operator.agent_command import AgentTarget, agent_args
 from elasticjob_operator.conditions import ConditionType, find_condition
 from elasticjob_operator.progress import GroupProgress, ProgressState
+from elasticjob_operator.settings import OperatorSettings
 from elasticjob_operator.spec import SpecError
 from elasticjob_operator.status import JobStatus
 from prometheus_client import REGISTRY
@@ -68,7 +69,7 @@ def test_group_progress(reports: list[HealthReport], expected: GroupProgress | N
 def test_advance(
     state: ProgressState | None, seen: GroupProgress | None, expected: ProgressState | None
 ) -> None:
-    assert progress.advance(state, seen) == expected
+    assert progress.advance(state, seen, 10.0) == expected
 
 
 @pytest.mark.parametrize(
@@ -147,16 +148,16 @@ def test_a_hang_makes_the_job_stalled_until_the_restarted_group_steps() -> None:
     assert training.status.progress == ProgressState(5, T0 + 9)
     assert training.status.stall is None
     later = step(
-        cluster, training.status, spec, T0 + 20, etcd_reachable=True, reports=_reports(25, T0 + 19)
+        cluster, training.status, spec, T0 + 40, etcd_reachable=True, reports=_reports(65, T0 + 39)
     )
-    assert later.status.progress == ProgressState(25, T0 + 19, 2.0)
+    assert later.status.progress == ProgressState(65, T0 + 39, 2.0)
 
     # The agents restarted the group for want of progress and counted it as hang.
     hung = step(
         cluster,
         later.status,
         spec,
-        T0 + 52,
+        T0 + 72,
         etcd_reachable=True,
         reports=_reports(None, None, round_=2, hang=1),
     )
@@ -225,3 +226,12 @@ def test_the_metrics_show_progress_and_the_stall_reason() -> None:
         assert REGISTRY.get_sample_value("elasticjob_job_steps_per_second", labels) == 2.5
     finally:
         metrics.forget("ns", "progress-metrics")
+
+
+def test_the_sample_period_is_a_setting() -> None:
+    state, seen = ProgressState(4, 100.0), GroupProgress(24, 115.0)
+    assert progress.advance(state, seen) == state  # 15 s: within the default 30 s
+    assert progress.advance(state, seen, 10.0) == ProgressState(24, 115.0, 1.333)
+    settings = OperatorSettings.from_env({"ELASTICJOB_PROGRESS_SAMPLE_SECONDS": "10"})
+    assert settings.loop.stall.progress_sample == 10.0
+    assert OperatorSettings.from_env({}).loop.stall.progress_sample == progress.SAMPLE_SECONDS

@@ -21,7 +21,11 @@ Then, at N jobs: the same window with 5% of worker pods hostile (``--hostile-fra
 leader failover (``--failover``: a standby replica runs from the start; the leader is killed
 with SIGKILL): time until the standby holds the Lease and until it replaces a pod failed just
 after the kill; no job's restart count decreases; no worker index gets more than the one new
-attempt its failure asked for. Clean-up deletes the namespaces (with a deadline; finalizers
+attempt its failure asked for. Then the peer (``--no-peer`` skips it): our operators stopped,
+Kubeflow's training operator (``localcluster/kubeflow``, built on first use) with as many
+PyTorchJobs of the same size (one master, ``M - 1`` workers) on the same stand-in nodes: the time
+until all are Running, then its CPU, RSS and API requests over one window, a column of the same
+table. Clean-up deletes the namespaces (with a deadline; finalizers
 are removed by hand after it) instead of deleting thousands of objects one by one.
 
 Usage (root: the stand-ins' addresses need a local route; starts its own cluster)::
@@ -65,6 +69,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import scale_measures as sm  # noqa: E402
 from elasticjob_localcluster import ClusterConfig, LocalCluster, start_cluster  # noqa: E402
+from elasticjob_localcluster.kubeflow import TrainingOperator  # noqa: E402
 
 TAINT = "elasticjob.dev/scale-bench"
 JOBS_PER_NAMESPACE = 100
@@ -155,11 +160,18 @@ class Operator:
     """One operator replica, a host process (leader election on, as deployed)."""
 
     def __init__(
-        self, cluster: LocalCluster, namespaces: list[str], log: Path, source: Path | None
+        self,
+        cluster: LocalCluster,
+        namespaces: list[str],
+        log: Path,
+        source: Path | None,
+        name: str,
     ) -> None:
+        self.name = name
         self.metrics_port = free_port()
         env = {
             **cluster.env,
+            "POD_NAME": name,  # the Lease's holder identity starts with it
             "ELASTICJOB_METRICS_PORT": str(self.metrics_port),
             "ELASTICJOB_HEALTH_PORT": str(free_port()),
             "ELASTICJOB_LEASE_NAMESPACE": LEASE[0],
@@ -194,10 +206,7 @@ class Operator:
         return cpu_seconds(self.proc.pid)
 
     def rss_mib(self) -> float:
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-        return math.nan
+        return rss_mib(self.proc.pid)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -281,6 +290,45 @@ def job_manifest(namespace: str, name: str, replicas: int) -> dict[str, Any]:
             },
         },
     }
+
+
+def pytorchjob_manifest(namespace: str, name: str, nodes: int) -> dict[str, Any]:
+    """The peer's job of the same shape: Kubeflow's PyTorchJob, one master and ``nodes - 1``
+    workers, on the same stand-in nodes. The ``elasticjob.dev/job-name`` label is only there
+    for the stand-ins, which serve the pods carrying it."""
+
+    def replica(count: int) -> dict[str, Any]:
+        return {
+            "replicas": count,
+            "restartPolicy": "OnFailure",
+            "template": {
+                "metadata": {"labels": {"elasticjob.dev/job-name": name}},
+                "spec": {
+                    "nodeSelector": {TAINT: "true"},
+                    "tolerations": [{"key": TAINT, "operator": "Exists", "effect": "NoSchedule"}],
+                    "containers": [
+                        {"name": "pytorch", "image": "x", "command": ["python", "train.py"]}
+                    ],
+                },
+            },
+        }
+
+    specs = {"Master": replica(1)}
+    if nodes > 1:
+        specs["Worker"] = replica(nodes - 1)
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"pytorchReplicaSpecs": specs},
+    }
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return math.nan
 
 
 def cpu_seconds(pid: int) -> float:
@@ -379,6 +427,7 @@ class Bench:
         self.operators: list[Operator] = []
         self.standins: StandIns | None = None
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=64)
+        self.peer_operator: TrainingOperator | None = None
 
     def job_at(self, i: int) -> tuple[str, str]:
         return self.namespaces[i // JOBS_PER_NAMESPACE], f"job-{i}"
@@ -397,18 +446,33 @@ class Bench:
         self.standins = StandIns(self.cluster, nodes, self.args.subnet, self.work, self.net)
         source = self.args.operator_source
         self.operators.append(
-            Operator(self.cluster, self.namespaces, self.work / "operator-a.log", source)
+            Operator(self.cluster, self.namespaces, self.work / "operator-a.log", source, "op-a")
         )
         wait("operator serving metrics", self.operators[0].serving, 120)
         if self.args.failover:
             # The standby: waits for the Lease, serving nothing else.
             self.operators.append(
-                Operator(self.cluster, self.namespaces, self.work / "operator-b.log", source)
+                Operator(
+                    self.cluster, self.namespaces, self.work / "operator-b.log", source, "op-b"
+                )
             )
 
     @property
     def leader(self) -> Operator:
-        return self.operators[0]
+        """The replica holding the Lease (whichever started first, until a failover)."""
+        holder = self.lease().get("holderIdentity") or ""
+        for operator in self.operators:
+            if holder.startswith(f"{operator.name}_") and operator.proc.poll() is None:
+                return operator
+        return next(o for o in self.operators if o.proc.poll() is None)
+
+    def lease(self) -> dict[str, Any]:
+        path = f"/apis/coordination.k8s.io/v1/namespaces/{LEASE[0]}/leases/{LEASE[1]}"
+        try:
+            spec: dict[str, Any] = self.api.call("GET", path)["spec"]
+        except ApiError:
+            return {}
+        return spec
 
     def grow(self, jobs: int) -> float:
         """Create jobs up to ``jobs``; wait until all have every pod served and phase Running."""
@@ -524,32 +588,37 @@ class Bench:
         cuts = min(self.args.stall_sample, max(1, jobs // 5)) if faults else 0
         fails = min(self.args.stall_sample // 2, max(1, jobs // 10)) if faults else 0
         sample = self.fresh_jobs(cuts + fails, jobs)
-        apiserver0, operator0 = self.api.metrics(), self.leader.metrics()
+        leader = self.leader
+        transitions0 = self.lease().get("leaseTransitions") or 0
+        apiserver0, operator0 = self.api.metrics(), leader.metrics()
         standin0, mine0 = Counter(self.standins.stats()["api_requests"]), Counter(self.api.counts)
-        cpu0, busy0, began = self.leader.cpu_seconds(), machine_busy(), time.monotonic()
+        cpu0, busy0, began = leader.cpu_seconds(), machine_busy(), time.monotonic()
         standins_cpu0 = cpu_seconds(self.standins.proc.pid)
         futures = []
         rss = 0.0
         for i, when in enumerate(sm.spread(len(sample), 2.0, max(2.0, seconds - 30))):
             while time.monotonic() - began < when:
-                rss = max(rss, self.leader.rss_mib())
+                rss = max(rss, leader.rss_mib())
                 time.sleep(max(0.0, min(2.0, when - (time.monotonic() - began))))
             ns, name = sample[i]
             timed = self.cut_and_time if i < cuts else self.fail_and_time
             futures.append((i < cuts, self.pool.submit(timed, ns, name)))
         while time.monotonic() - began < seconds:
-            rss = max(rss, self.leader.rss_mib())
+            rss = max(rss, leader.rss_mib())
             time.sleep(2.0)
-        cpu1, busy1 = self.leader.cpu_seconds(), machine_busy()
+        if (self.lease().get("leaseTransitions") or 0) != transitions0:
+            # The figures would mix two processes: say so rather than print them.
+            raise RuntimeError(f"{label}: the Lease changed hands during the window")
+        cpu1, busy1 = leader.cpu_seconds(), machine_busy()
         standins_cpu1 = cpu_seconds(self.standins.proc.pid)
-        apiserver1, operator1 = self.api.metrics(), self.leader.metrics()
+        apiserver1, operator1 = self.api.metrics(), leader.metrics()
         standin1, mine1 = Counter(self.standins.stats()["api_requests"]), Counter(self.api.counts)
         out.seconds = time.monotonic() - began
         out.load1 = load1()
         out.machine_busy = (busy1[0] - busy0[0]) / max(1, busy1[1] - busy0[1])
         out.cpu_cores = (cpu1 - cpu0) / out.seconds
         out.standins_cpu_cores = (standins_cpu1 - standins_cpu0) / out.seconds
-        out.rss_mib = max(rss, self.leader.rss_mib())
+        out.rss_mib = max(rss, leader.rss_mib())
         name = "elasticjob_reconcile_duration_seconds"
         buckets = sm.bucket_delta(sm.histogram(operator1, name), sm.histogram(operator0, name))
         out.reconcile_p50_s = sm.histogram_quantile(0.5, buckets)
@@ -595,22 +664,21 @@ class Bench:
         """Kill the leader; time the standby's Lease and its first replacement of a failed pod;
         check counts and pod attempts."""
         before = self._all_jobs()
-        lease_path = f"/apis/coordination.k8s.io/v1/namespaces/{LEASE[0]}/leases/{LEASE[1]}"
-        holder = self.api.call("GET", lease_path)["spec"].get("holderIdentity")
+        holder = self.lease().get("holderIdentity")
+        victim = self.leader
         sample = self.fresh_jobs(3, jobs)
         killed = time.monotonic()
-        self.leader.proc.send_signal(signal.SIGKILL)
-        self.leader.proc.wait(timeout=30)
+        victim.proc.send_signal(signal.SIGKILL)
+        victim.proc.wait(timeout=30)
         futures = [self.pool.submit(self.fail_and_time, ns, name, 240) for ns, name in sample]
 
         def new_holder() -> bool:
-            spec = self.api.call("GET", lease_path)["spec"]
-            return bool(spec.get("holderIdentity") not in (None, holder))
+            return bool(self.lease().get("holderIdentity") not in (None, "", holder))
 
         wait("the standby to hold the Lease", new_holder, 120, 0.25)
         lease_s = time.monotonic() - killed
         acted = [f.result() for f in futures]
-        self.operators.pop(0)
+        self.operators.remove(victim)
         time.sleep(20)  # let the new leader step every job a few times
         after = self._all_jobs()
         lowered = sum(
@@ -661,6 +729,88 @@ class Bench:
                 extra += attempt > allowed
         return extra
 
+    # -- the peer ---------------------------------------------------------------------------
+
+    def peer(self, jobs: int) -> tuple[Window, float]:
+        """Kubeflow's training operator alone (ours stopped) with ``jobs`` PyTorchJobs of the
+        same size on the same stand-in nodes: the time until all are Running, then its CPU,
+        RSS and API requests over one window."""
+        for operator in self.operators:
+            operator.stop()
+        self.operators = []
+        count = math.ceil(jobs / JOBS_PER_NAMESPACE)
+        peer_namespaces = [f"peer-{i}" for i in range(count)]
+        for ns in peer_namespaces:
+            self.api.call("POST", "/api/v1/namespaces", {"metadata": {"name": ns}}, verb="POST")
+        self.namespaces += peer_namespaces  # deleted by the clean-up
+        self.peer_operator = TrainingOperator.for_cluster(self.cluster).start(timeout=300)
+        pid = self.peer_operator.proc.pid if self.peer_operator.proc is not None else 0
+        began = time.monotonic()
+        for n, ns in enumerate(peer_namespaces):
+            items = [
+                pytorchjob_manifest(ns, f"ptj-{i}", self.args.nodes_per_job)
+                for i in range(n * JOBS_PER_NAMESPACE, min(jobs, (n + 1) * JOBS_PER_NAMESPACE))
+            ]
+            self.cluster.kubectl(
+                "apply", "-f", "-",
+                input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}),
+            )  # fmt: skip
+
+        def running() -> bool:
+            total = 0
+            for ns in peer_namespaces:
+                listed = self.api.call(
+                    "GET", f"/apis/kubeflow.org/v1/namespaces/{ns}/pytorchjobs", verb="LIST"
+                )
+                for job in listed["items"]:
+                    conditions = (job.get("status") or {}).get("conditions") or []
+                    total += any(
+                        c.get("type") == "Running" and c.get("status") == "True" for c in conditions
+                    )
+            return total >= jobs
+
+        wait(f"{jobs} PyTorchJobs Running on the stand-ins", running, 180 + jobs * 1.5, 5)
+        took = time.monotonic() - began
+        time.sleep(20)  # let the creation burst settle, as for ours
+        return self._measure_peer(pid, jobs), took
+
+    def _measure_peer(self, pid: int, jobs: int) -> Window:
+        assert self.standins is not None
+        out = Window(f"Kubeflow, {jobs} PyTorchJobs", jobs, jobs * self.args.nodes_per_job)
+        apiserver0 = self.api.metrics()
+        standin0, mine0 = Counter(self.standins.stats()["api_requests"]), Counter(self.api.counts)
+        cpu0, busy0, began = cpu_seconds(pid), machine_busy(), time.monotonic()
+        standins_cpu0 = cpu_seconds(self.standins.proc.pid)
+        rss = 0.0
+        while time.monotonic() - began < self.args.window:
+            rss = max(rss, rss_mib(pid))
+            time.sleep(2.0)
+        cpu1, busy1 = cpu_seconds(pid), machine_busy()
+        standins_cpu1 = cpu_seconds(self.standins.proc.pid)
+        apiserver1 = self.api.metrics()
+        standin1, mine1 = Counter(self.standins.stats()["api_requests"]), Counter(self.api.counts)
+        out.seconds = time.monotonic() - began
+        out.load1 = load1()
+        out.machine_busy = (busy1[0] - busy0[0]) / max(1, busy1[1] - busy0[1])
+        out.cpu_cores = (cpu1 - cpu0) / out.seconds
+        out.standins_cpu_cores = (standins_cpu1 - standins_cpu0) / out.seconds
+        out.rss_mib = max(rss, rss_mib(pid))
+        others = Counter(sm.minus(standin1, standin0)) + Counter(sm.minus(mine1, mine0))
+        total = sm.minus(sm.requests_by_verb(apiserver1), sm.requests_by_verb(apiserver0))
+        out.api_per_s = {
+            verb: max(0.0, count - others.get(verb, 0)) / out.seconds
+            for verb, count in total.items()
+        }
+        out.status_writes_per_s = (
+            sum(
+                sm.requests_of(apiserver1, "pytorchjobs", "status", verb)
+                - sm.requests_of(apiserver0, "pytorchjobs", "status", verb)
+                for verb in ("PUT", "PATCH")
+            )
+            / out.seconds
+        )
+        return out
+
     # -- clean-up ---------------------------------------------------------------------------
 
     def cleanup(self, deadline: float) -> float:
@@ -697,6 +847,8 @@ class Bench:
     def stop(self) -> None:
         for operator in self.operators:
             operator.stop()
+        if self.peer_operator is not None:
+            self.peer_operator.stop()
         if self.standins is not None:
             self.standins.stop()
         self.pool.shutdown(wait=False, cancel_futures=True)
@@ -779,6 +931,12 @@ def main() -> int:
     parser.add_argument("--stall-sample", type=int, default=20, help="cut etcds per window")
     parser.add_argument("--hostile-fraction", type=float, default=0.05)
     parser.add_argument("--no-failover", dest="failover", action="store_false")
+    parser.add_argument(
+        "--no-peer",
+        dest="peer",
+        action="store_false",
+        help="skip Kubeflow's training operator with as many PyTorchJobs (built on first use)",
+    )
     parser.add_argument("--subnet", default="10.254.0.0/16", help="stand-in pod addresses")
     parser.add_argument(
         "--operator-ref",
@@ -870,7 +1028,12 @@ def main() -> int:
                 _fmt(sm.ratio(_api_total(final) / final.jobs, _api_total(first) / first.jobs), "x"),
             )
         )
-        extra.append(("Kubeflow training operator, same jobs", "not measured (not in this bench)"))
+        extra.append(
+            (
+                "Lease changes of hands before the failover (leader lost under load)",
+                str(bench.lease().get("leaseTransitions") or 0),
+            )
+        )
         if args.failover:
             fo = bench.failover(args.jobs)
             extra.append(("failover: kill -> standby holds the Lease", f"{fo['lease_s']:.1f} s"))
@@ -887,6 +1050,25 @@ def main() -> int:
                 ("failover: worker indexes with an extra attempt", str(fo["extra_attempts"]))
             )
             result["failover"] = fo
+        if args.peer:
+            peer, took = bench.peer(args.jobs)
+            windows.append(peer)
+            extra.append(
+                (f"Kubeflow: {args.jobs} PyTorchJobs created and Running", f"{took:.0f} s")
+            )
+            extra.append(
+                (
+                    "ElasticJob / Kubeflow operator, CPU and RSS",
+                    f"{_fmt(sm.ratio(final.cpu_cores, peer.cpu_cores), 'x')}, "
+                    f"{_fmt(sm.ratio(final.rss_mib, peer.rss_mib), 'x')}",
+                )
+            )
+            result["peer"] = {
+                "operator_cpu_cores": peer.cpu_cores,
+                "operator_rss_mib": peer.rss_mib,
+                "api_requests_per_s": _api_total(peer),
+                "running_after_s": took,
+            }
         result.update(
             {
                 "jobs": final.jobs,

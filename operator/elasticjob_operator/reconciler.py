@@ -24,6 +24,7 @@ from .manifests import owned_by
 from .names import JobRef
 from .netpol import PolicySettings, build_network_policies
 from .observed import Observed, PodPhase, PodView
+from .refusals import Refusals
 from .spec import EtcdMode, JobSpec, SpecError, parse_spec
 from .stall import StallSettings
 from .status import JobStatus, Phase, never_lower
@@ -99,6 +100,7 @@ class JobLoop:
         self._tls_cache: tuple[str, probes.EtcdTls] | None = None
         """The context made from the Secret (by its name), kept: the Secret never changes."""
         self._probed = _Probed()
+        self._refusals = Refusals()
         """The latest answers of the job's agents and etcd, and when they were taken."""
         self._calm = cadence.Calm()
         self._inputs: object = None
@@ -345,6 +347,18 @@ class JobLoop:
             return status, True
         return status, False
 
+    async def _poll_agents(
+        self, targets: dict[str, str], within: float, now: float
+    ) -> probes.Reports:
+        """Every agent of ``targets`` but those refused lately (``refusals.py``), whose last
+        refusal stands."""
+        held = self._refusals.held(targets, now)
+        polled = {n: ip for n, ip in targets.items() if n not in held}
+        reports = await probes.fetch_reports(self._session, polled, within, gate=self._gate)
+        self._refusals.record(polled, reports.invalid, targets, now)
+        reports.invalid.update(held)
+        return reports
+
     def _due(self, steady: bool, now: float) -> cadence.Due:
         return cadence.due(
             steady_now=steady,
@@ -383,14 +397,12 @@ class JobLoop:
         # same addresses and the same etcd (a change of either makes the job watchful anyway).
         poll_reports = due.reports or targets != last.targets
         probe_etcd = bool(endpoints) and (due.etcd or endpoints != last.endpoints)
+        now = self._clock()
         reports_task = (
-            probes.fetch_reports(self._session, targets, timeout, gate=self._gate)
-            if poll_reports
-            else _known(last.reports)
+            self._poll_agents(targets, timeout, now) if poll_reports else _known(last.reports)
         )
         reports: probes.Reports
         etcd_reachable: bool | None = None
-        now = self._clock()
         if probe_etcd:
             reports, etcd_reachable = await asyncio.gather(
                 reports_task,

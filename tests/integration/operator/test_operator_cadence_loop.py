@@ -167,3 +167,49 @@ async def test_a_calm_job_turns_steady_then_checks_only_etcd_and_writes_nothing(
         assert agents.requests - polled >= 4, "the job did not turn watchful"
         stored = JobStatus.from_json(api.body["status"])
         assert stored.etcd.unreachable_since is None  # the agents and the kubelet still vouch
+
+
+async def test_a_refused_agent_is_polled_again_only_after_a_growing_back_off() -> None:
+    # One agent answers with something that is not a report; the other with a valid one.
+    cluster = Cluster()
+    step(cluster, JobStatus(), _spec(), T0)
+    base = f"127.{10 + uuid.uuid4().int % 200}.{uuid.uuid4().int % 250}"
+    cluster.run_all(ip_prefix=f"{base}.")
+    for name in list(cluster.pods):
+        cluster.set(name, ready=True)
+    (good_pod, bad_pod), etcd = cluster.workers(), cluster.etcd()
+    good = Served(report(good_pod.name, world_size=2).dumps().encode())
+    bad = Served(b"NaN")
+    etcd_server = Served(b'{"health": "true"}')
+    servers = [
+        await asyncio.start_server(good.handle, good_pod.ip, DEFAULT_HEALTH_PORT),
+        await asyncio.start_server(bad.handle, bad_pod.ip, DEFAULT_HEALTH_PORT),
+        await asyncio.start_server(etcd_server.handle, etcd[0].ip, names.ETCD_CLIENT_PORT),
+    ]
+    pods = [OwnedPod(JOB.uid, p) for p in [good_pod, bad_pod, *etcd]]
+    now = [T0 + 10]
+    api = Api()
+    try:
+        async with probes.new_session() as session:
+            loop = JobLoop(
+                cast(Kube, api),
+                session,
+                JOB,
+                LoopSettings(),
+                clock=lambda: now[0],
+                gate=probes.ProbeGate(4),
+            )
+            services = frozenset({names.workers_service_name(JOB.name)})
+            # 120 s of steps every 2 s; a refused report does not break the calm, so after 20 s
+            # the job is steady and its agents are polled every 10 s.
+            for _ in range(60):
+                await loop.step(api.body, pods, frozenset(), services)
+                stored = JobStatus.from_json(api.body["status"])
+                assert bad_pod.name in stored.invalid_reports, stored.invalid_reports
+                now[0] += 2.0
+    finally:
+        for server in servers:
+            server.close()
+    assert good.requests >= 18, good.requests
+    # Polled at 0, then no sooner than 4, 8, 16, 32 and 60 s later: at most 6 times in 120 s.
+    assert 4 <= bad.requests <= 6, (bad.requests, good.requests)

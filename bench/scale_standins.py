@@ -43,6 +43,7 @@ import tempfile
 import time
 import zlib
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -106,7 +107,7 @@ class Api:
     async def open(self) -> None:
         self._session = aiohttp.ClientSession(
             headers={"Authorization": f"Bearer {self._token}", "Accept": "application/json"},
-            connector=aiohttp.TCPConnector(ssl=self._ssl, limit=16),
+            connector=aiohttp.TCPConnector(ssl=self._ssl, limit=64),
         )
 
     async def close(self) -> None:
@@ -373,9 +374,15 @@ class StandIns:
                     lambda r, w: self._serve(pod, r, w), pod.ip, DEFAULT_HEALTH_PORT
                 )
             pod.servers.append(server)
-            await self._patch_status(pod, running=True, ready=True)
         except (ApiError, aiohttp.ClientError, OSError, ValueError, KeyError) as exc:
             log.warning("start of %s/%s: %s", pod.namespace, pod.name, exc)
+            return
+        started = await self._retrying(
+            f"status of {pod.namespace}/{pod.name}",
+            lambda: self._patch_status(pod, running=True, ready=True),
+        )
+        if not started:
+            self._stop(pod)  # the next list of pods (the watch's renewal) starts it again
 
     async def _etcd_tls(self, obj: dict[str, Any], state: JobState) -> ssl.SSLContext | None:
         """The job's server certificate, from the Secret the etcd pod mounts (``None``: the job's
@@ -448,13 +455,35 @@ class StandIns:
     async def _finalize(self, namespace: str, name: str, uid: str) -> None:
         """The kubelet's part of a graceful deletion: the pod's processes are gone (at once,
         here), so the object can go."""
-        with contextlib.suppress(ApiError, aiohttp.ClientError, TimeoutError):
-            await self.api.call(
+        await self._retrying(
+            f"deletion of {namespace}/{name}",
+            lambda: self.api.call(
                 "DELETE",
                 f"/api/v1/namespaces/{namespace}/pods/{name}",
                 {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}},
                 content_type="application/json",
-            )
+            ),
+        )
+
+    async def _retrying(self, what: str, call: Callable[[], Awaitable[Any]]) -> bool:
+        """``call`` until it succeeds, the object is gone or changed (404, 409) or about two
+        minutes passed. A kubelet's write that fails under load is retried, as the kubelet's
+        are: one lost write once left a job's pods Pending, then Terminating, for good."""
+        pause = 0.5
+        for attempt in range(9):
+            try:
+                await call()
+                return True
+            except ApiError as exc:
+                if exc.status in (404, 409):
+                    return False
+                error: Exception = exc
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                error = exc
+            log.warning("%s, attempt %d: %s", what, attempt + 1, error)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 30.0)
+        return False
 
     # -- serving ------------------------------------------------------------------------------
 

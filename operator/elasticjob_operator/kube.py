@@ -112,13 +112,18 @@ class Kube:
         self._networking: Any = client.NetworkingV1Api(api)
 
     @classmethod
-    async def connect(cls) -> Kube:
-        """In-cluster credentials in a pod, else ``$KUBECONFIG`` / ``~/.kube/config``."""
-        if os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("KUBECONFIG"):
+    async def connect(cls, config_file: str | None = None) -> Kube:
+        """In-cluster credentials in a pod, else ``config_file``, ``$KUBECONFIG`` or
+        ``~/.kube/config``."""
+        if (
+            config_file is None
+            and os.environ.get("KUBERNETES_SERVICE_HOST")
+            and not os.environ.get("KUBECONFIG")
+        ):
             config.load_incluster_config()  # type: ignore[no-untyped-call]
             return cls(client.ApiClient())
         configuration = client.Configuration()
-        await config.load_kube_config(client_configuration=configuration)
+        await config.load_kube_config(config_file=config_file, client_configuration=configuration)
         return cls(client.ApiClient(configuration))
 
     async def close(self) -> None:

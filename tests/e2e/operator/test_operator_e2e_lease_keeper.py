@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import functools
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import pytest
 from elasticjob_localcluster import LocalCluster
@@ -43,9 +44,13 @@ def _renewed_at(spec: dict[str, object]) -> float:
     return datetime.datetime.fromisoformat(text).timestamp()
 
 
-def _acquire(namespace: str) -> None:
+def _connect(cluster: LocalCluster) -> Callable[[], Awaitable[Kube]]:
+    return functools.partial(Kube.connect, str(cluster.kubeconfig))
+
+
+def _acquire(cluster: LocalCluster, namespace: str) -> None:
     async def run() -> None:
-        kube = await Kube.connect()
+        kube = await _connect(cluster)()
         try:
             await _elector(namespace, "me")(kube).acquire()
         finally:
@@ -55,10 +60,9 @@ def _acquire(namespace: str) -> None:
 
 
 def test_a_busy_main_thread_keeps_the_lease_and_a_taken_lease_is_lost_at_once(
-    cluster: LocalCluster, namespace: str, monkeypatch: pytest.MonkeyPatch
+    cluster: LocalCluster, namespace: str
 ) -> None:
-    monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
-    _acquire(namespace)
+    _acquire(cluster, namespace)
     lost: list[str] = []
     signalled = threading.Event()
 
@@ -66,7 +70,7 @@ def test_a_busy_main_thread_keeps_the_lease_and_a_taken_lease_is_lost_at_once(
         lost.append(reason)
         signalled.set()
 
-    keeper = LeaseKeeper(Kube.connect, _elector(namespace, "me"), on_lost)
+    keeper = LeaseKeeper(_connect(cluster), _elector(namespace, "me"), on_lost)
     keeper.start()
     try:
         # Pure Python work on the main thread for three renew deadlines.
@@ -88,13 +92,10 @@ def test_a_busy_main_thread_keeps_the_lease_and_a_taken_lease_is_lost_at_once(
         keeper.stop(10)
 
 
-def test_a_clean_stop_hands_the_lease_back(
-    cluster: LocalCluster, namespace: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
-    _acquire(namespace)
+def test_a_clean_stop_hands_the_lease_back(cluster: LocalCluster, namespace: str) -> None:
+    _acquire(cluster, namespace)
     lost: list[str] = []
-    keeper = LeaseKeeper(Kube.connect, _elector(namespace, "me"), lost.append)
+    keeper = LeaseKeeper(_connect(cluster), _elector(namespace, "me"), lost.append)
     keeper.start()
     time.sleep(2 * TIMINGS.retry_period)
     keeper.stop(10)

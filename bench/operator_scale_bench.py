@@ -826,7 +826,9 @@ class Bench:
             return not any(n["metadata"]["name"] in self.namespaces for n in listed["items"])
 
         try:
-            wait("namespaces deleted", gone, deadline, 2)
+            # With no operator of ours left (the peer's run stops them) nobody removes the
+            # jobs' finalizers: no point waiting for it.
+            wait("namespaces deleted", gone, deadline if self.operators else 0, 2)
         except TimeoutError:
             for ns in self.namespaces:
                 with contextlib.suppress(ApiError):

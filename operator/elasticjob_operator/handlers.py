@@ -129,7 +129,9 @@ async def reconcile_job(
     nodes_index: kopf.Index[str, bool] = kwargs["elasticjob_lost_nodes"]
     settings: OperatorSettings = memo.settings
     job = JobRef(namespace, name, uid)
-    loop = JobLoop(memo.kube, memo.session, job, settings.loop, gate=memo.gate)
+    loop = JobLoop(
+        memo.kube, memo.session, job, settings.loop, gate=memo.gate, jobs=lambda: len(_wakeups)
+    )
     wake = _wakeups.setdefault((namespace, name), asyncio.Event())
     stored = await memo.kube.get_job(namespace, name)
     loop.adopt(stored)

@@ -4,10 +4,12 @@ argument).
 Agents report the highest step their workers reached in the current round and when
 (``lastStep``, ``lastStepAt``; ``elasticjob_agent.progress.report_step``). The job's progress is
 the highest step over the agents of the newest running round, and its time the newest report.
-``status.progress`` moves at most once per sample period of the agents' time
-(``ELASTICJOB_PROGRESS_SAMPLE_SECONDS``, ``SAMPLE_SECONDS`` by default), so steady training costs
-one status write per job per period (at 1000 jobs, 33 a second with the default), and
-``stepsPerSecond`` is the rate between two samples.
+``status.progress`` moves at most once per sample period of the agents' time, so steady training
+costs one status write per job per period, and ``stepsPerSecond`` is the rate between two
+samples. The period (``sample_period``) is at least ``ELASTICJOB_PROGRESS_SAMPLE_SECONDS`` (30 s)
+and long enough that all jobs together write at most ``ELASTICJOB_PROGRESS_WRITES_PER_SECOND``
+(5) samples a second: 30 s up to 150 jobs, 200 s at 1000. The steady state's writes stay within
+a budget whatever the number of jobs.
 
 ``NoProgress`` (with ``spec.progressTimeoutSeconds``): no rank reported a step for the timeout
 after the first one, seen either in the reports or, more reliably, as a group restart the agents
@@ -30,6 +32,8 @@ from .observed import parse_time
 
 SAMPLE_SECONDS = 30.0
 """Least time (agents' clocks) between two updates of ``status.progress``, by default."""
+WRITES_PER_SECOND = 5.0
+"""Progress samples written per second across all jobs at most, by default."""
 NO_PROGRESS = "NoProgress"
 
 
@@ -135,6 +139,15 @@ def advance(
         return ProgressState(seen.step, seen.at, timeout_seconds=timeout)
     rate = round((seen.step - state.step) / elapsed, 3)
     return ProgressState(seen.step, seen.at, rate, timeout)
+
+
+def sample_period(least: float, jobs: int, writes_per_second: float) -> float:
+    """Seconds between two samples of one job's progress when the operator runs ``jobs`` jobs:
+    ``least``, or longer so that all jobs write at most ``writes_per_second`` samples a second
+    (no budget when it is 0)."""
+    if writes_per_second <= 0:
+        return least
+    return max(least, jobs / writes_per_second)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from typing import Any
 
 import aiohttp
 
-from . import cadence, kueue, manifests, metrics, names, pki, planning, probes
+from . import cadence, kueue, manifests, metrics, names, pki, planning, probes, progress
 from .kube import ConflictKubeError, Kube, KubeError, PermanentKubeError
 from .manifests import owned_by
 from .names import JobRef
@@ -81,7 +81,11 @@ class JobLoop:
         clock: Callable[[], float] = time.time,
         *,
         gate: probes.ProbeGate | None = None,
+        jobs: Callable[[], int] = lambda: 1,
     ) -> None:
+        """``jobs``: how many jobs the operator runs now (the progress sample's budget is
+        shared by all of them)."""
+        self._jobs = jobs
         self._kube = kube
         self._gate = gate or probes.ProbeGate(0)
         self._session = session
@@ -228,7 +232,7 @@ class JobLoop:
             status=status,
             observed=observed,
             now=now,
-            settings=self._settings.stall,
+            settings=self._stall_settings(),
             services=services,
         )
         new_status = plan.status
@@ -358,6 +362,13 @@ class JobLoop:
         self._refusals.record(polled, reports.invalid, targets, now)
         reports.invalid.update(held)
         return reports
+
+    def _stall_settings(self) -> StallSettings:
+        stall = self._settings.stall
+        period = progress.sample_period(
+            stall.progress_sample, self._jobs(), stall.progress_writes_per_second
+        )
+        return stall if period == stall.progress_sample else replace(stall, progress_sample=period)
 
     def _due(self, steady: bool, now: float) -> cadence.Due:
         return cadence.due(

@@ -65,6 +65,7 @@ class OperatorSettings:
             etcd_unavailable_after=_number(env, "ELASTICJOB_ETCD_UNAVAILABLE_AFTER_SECONDS", 4.0),
             waiting_after=_number(env, "ELASTICJOB_WAITING_AFTER_SECONDS", 15.0),
             progress_sample=_number(env, "ELASTICJOB_PROGRESS_SAMPLE_SECONDS", 30.0),
+            progress_writes_per_second=_number(env, "ELASTICJOB_PROGRESS_WRITES_PER_SECOND", 5.0),
         )
         return cls(
             metrics_port=int(_number(env, "ELASTICJOB_METRICS_PORT", 8080)),

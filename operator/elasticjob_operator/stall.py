@@ -47,6 +47,8 @@ class StallSettings:
     """Seconds agents may wait in rendezvous with too few nodes before it counts as a stall."""
     progress_sample: float = 30.0
     """Least seconds between two samples of ``status.progress`` (``progress.py``)."""
+    progress_writes_per_second: float = 5.0
+    """Samples of ``status.progress`` written per second across all jobs at most."""
 
 
 @dataclass(frozen=True)

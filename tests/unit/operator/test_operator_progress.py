@@ -235,3 +235,15 @@ def test_the_sample_period_is_a_setting() -> None:
     settings = OperatorSettings.from_env({"ELASTICJOB_PROGRESS_SAMPLE_SECONDS": "10"})
     assert settings.loop.stall.progress_sample == 10.0
     assert OperatorSettings.from_env({}).loop.stall.progress_sample == progress.SAMPLE_SECONDS
+
+
+@pytest.mark.parametrize(
+    ("jobs", "budget", "period"),
+    [(1, 5.0, 30.0), (150, 5.0, 30.0), (1000, 5.0, 200.0), (1000, 0.0, 30.0)],
+)
+def test_the_sample_period_keeps_all_jobs_within_the_write_budget(
+    jobs: int, budget: float, period: float
+) -> None:
+    assert progress.sample_period(30.0, jobs, budget) == period
+    env = {"ELASTICJOB_PROGRESS_WRITES_PER_SECOND": str(budget)}
+    assert OperatorSettings.from_env(env).loop.stall.progress_writes_per_second == budget

@@ -377,7 +377,9 @@ class JobLoop:
             last_etcd=self._probed.etcd_at,
             now=now,
             interval=self._settings.interval,
-            settings=self._settings.cadence,
+            settings=cadence.within_budget(
+                self._settings.cadence, self._jobs(), max(1, len(self._probed.targets))
+            ),
         )
 
     async def _observe(

@@ -83,6 +83,7 @@ class OperatorSettings:
                 cadence=CadenceSettings(
                     etcd_interval=_number(env, "ELASTICJOB_STEADY_ETCD_SECONDS", 3.0),
                     report_interval=_number(env, "ELASTICJOB_STEADY_REPORT_SECONDS", 10.0),
+                    probes_per_second=_number(env, "ELASTICJOB_STEADY_PROBES_PER_SECOND", 400.0),
                 ),
             ),
             probe_concurrency=int(_number(env, "ELASTICJOB_PROBE_CONCURRENCY", 128)),

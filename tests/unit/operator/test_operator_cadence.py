@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from elasticjob_agent.protocol.health import AgentState, EtcdStatus, HealthReport
 from elasticjob_operator import cadence
+from elasticjob_operator.settings import OperatorSettings
 
 SETTINGS = cadence.CadenceSettings(etcd_interval=3.0, report_interval=10.0, settle=20.0)
 
@@ -103,3 +104,17 @@ def test_steady_probes_each_kind_on_its_period(
 def test_negative_periods_are_refused() -> None:
     with pytest.raises(ValueError, match="etcd_interval must not be negative"):
         cadence.CadenceSettings(etcd_interval=-1.0)
+
+
+def test_steady_periods_stretch_alike_to_stay_within_the_probe_budget() -> None:
+    base = cadence.CadenceSettings(etcd_interval=3.0, report_interval=10.0, probes_per_second=400)
+    assert cadence.within_budget(base, jobs=100, agents=4) == base  # 73 probes/s: no stretch
+    stretched = cadence.within_budget(base, jobs=1000, agents=4)  # 733 probes/s
+    factor = (1000 / 3 + 4000 / 10) / 400
+    assert stretched.etcd_interval == pytest.approx(3.0 * factor)
+    assert stretched.report_interval == pytest.approx(10.0 * factor)
+    assert stretched.etcd_interval < 6.0  # a cut etcd still Stalled well within 15 s
+    unbounded = cadence.CadenceSettings(probes_per_second=0)
+    assert cadence.within_budget(unbounded, jobs=1000, agents=4) == unbounded
+    env = {"ELASTICJOB_STEADY_PROBES_PER_SECOND": "250"}
+    assert OperatorSettings.from_env(env).loop.cadence.probes_per_second == 250

@@ -168,10 +168,14 @@ class Operator:
         name: str,
     ) -> None:
         self.name = name
+        self.log = log
+        self.stopping = False
+        """Set before the bench stops or kills it: any other exit is a crash to report."""
         self.metrics_port = free_port()
         env = {
             **cluster.env,
             "POD_NAME": name,  # the Lease's holder identity starts with it
+            "PYTHONFAULTHANDLER": "1",  # a crash in C code leaves its traceback in the log
             "ELASTICJOB_METRICS_PORT": str(self.metrics_port),
             "ELASTICJOB_HEALTH_PORT": str(free_port()),
             "ELASTICJOB_LEASE_NAMESPACE": LEASE[0],
@@ -208,7 +212,16 @@ class Operator:
     def rss_mib(self) -> float:
         return rss_mib(self.proc.pid)
 
+    def crashed(self) -> str | None:
+        """Why the replica exited when nobody asked it to, with its log's end; else ``None``."""
+        code = self.proc.poll()
+        if code is None or self.stopping:
+            return None
+        tail = self.log.read_text(errors="replace")[-2000:]
+        return f"operator {self.name} exited with code {code} unasked; its log ends:\n{tail}"
+
     def stop(self) -> None:
+        self.stopping = True
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -460,11 +473,19 @@ class Bench:
     @property
     def leader(self) -> Operator:
         """The replica holding the Lease (whichever started first, until a failover)."""
+        self.check_operators()
         holder = self.lease().get("holderIdentity") or ""
         for operator in self.operators:
             if holder.startswith(f"{operator.name}_") and operator.proc.poll() is None:
                 return operator
         return next(o for o in self.operators if o.proc.poll() is None)
+
+    def check_operators(self) -> None:
+        """Fail loudly, with its log, if a replica exited when nobody asked it to."""
+        for operator in self.operators:
+            crash = operator.crashed()
+            if crash is not None:
+                raise RuntimeError(crash)
 
     def lease(self) -> dict[str, Any]:
         path = f"/apis/coordination.k8s.io/v1/namespaces/{LEASE[0]}/leases/{LEASE[1]}"
@@ -496,6 +517,7 @@ class Bench:
         pods = jobs * self.args.nodes_per_job
 
         def ready() -> bool:
+            self.check_operators()
             stats = standins.stats()
             return bool(stats["workers"] >= pods and stats["etcds"] >= jobs and self._running(jobs))
 
@@ -606,6 +628,7 @@ class Bench:
         while time.monotonic() - began < seconds:
             rss = max(rss, leader.rss_mib())
             time.sleep(2.0)
+        self.check_operators()
         if (self.lease().get("leaseTransitions") or 0) != transitions0:
             # The figures would mix two processes: say so rather than print them.
             raise RuntimeError(f"{label}: the Lease changed hands during the window")
@@ -668,6 +691,7 @@ class Bench:
         victim = self.leader
         sample = self.fresh_jobs(3, jobs)
         killed = time.monotonic()
+        victim.stopping = True
         victim.proc.send_signal(signal.SIGKILL)
         victim.proc.wait(timeout=30)
         futures = [self.pool.submit(self.fail_and_time, ns, name, 240) for ns, name in sample]

@@ -206,9 +206,6 @@ class Operator:
             return False
         return True
 
-    def cpu_seconds(self) -> float:
-        return cpu_seconds(self.proc.pid)
-
     def rss_mib(self) -> float:
         return rss_mib(self.proc.pid)
 
@@ -429,6 +426,32 @@ class Window:
     standins_cpu_cores: float = math.nan
 
 
+@dataclass(frozen=True)
+class Reading:
+    """What a window compares between its start and its end."""
+
+    at: float
+    apiserver: str
+    """The API server's metrics text."""
+    standins_api: Counter[str]
+    mine: Counter[str]
+    """API requests of the stand-ins and of this script, by verb (not the operator's)."""
+    cpu: float
+    """CPU seconds of the measured process."""
+    busy: tuple[float, float]
+    standins_cpu: float
+
+
+def _status_writes(first: Reading, last: Reading, resource: str, verbs: tuple[str, ...]) -> float:
+    """Writes per second of ``resource``'s status subresource between two readings."""
+    writes = sum(
+        sm.requests_of(last.apiserver, resource, "status", verb)
+        - sm.requests_of(first.apiserver, resource, "status", verb)
+        for verb in verbs
+    )
+    return writes / (last.at - first.at)
+
+
 class Bench:
     def __init__(
         self, args: argparse.Namespace, cluster: LocalCluster, work: Path, net: PodNetwork
@@ -617,10 +640,9 @@ class Bench:
         sample = self.fresh_jobs(cuts + fails, jobs)
         leader = self.leader
         transitions0 = self.lease().get("leaseTransitions") or 0
-        apiserver0, operator0 = self.api.metrics(), leader.metrics()
-        standin0, mine0 = Counter(self.standins.stats()["api_requests"]), Counter(self.api.counts)
-        cpu0, busy0, began = leader.cpu_seconds(), machine_busy(), time.monotonic()
-        standins_cpu0 = cpu_seconds(self.standins.proc.pid)
+        operator0 = leader.metrics()
+        first = self._read(leader.proc.pid)
+        began = first.at
         futures = []
         rss = 0.0
         for i, when in enumerate(sm.spread(len(sample), 2.0, max(2.0, seconds - 30))):
@@ -637,31 +659,15 @@ class Bench:
         if (self.lease().get("leaseTransitions") or 0) != transitions0:
             # The figures would mix two processes: say so rather than print them.
             raise RuntimeError(f"{label}: the Lease changed hands during the window")
-        cpu1, busy1 = leader.cpu_seconds(), machine_busy()
-        standins_cpu1 = cpu_seconds(self.standins.proc.pid)
-        apiserver1, operator1 = self.api.metrics(), leader.metrics()
-        standin1, mine1 = Counter(self.standins.stats()["api_requests"]), Counter(self.api.counts)
-        out.seconds = time.monotonic() - began
-        out.load1 = load1()
-        out.machine_busy = (busy1[0] - busy0[0]) / max(1, busy1[1] - busy0[1])
-        out.cpu_cores = (cpu1 - cpu0) / out.seconds
-        out.standins_cpu_cores = (standins_cpu1 - standins_cpu0) / out.seconds
-        out.rss_mib = max(rss, leader.rss_mib())
+        last = self._read(leader.proc.pid)
+        operator1 = leader.metrics()
+        self._fill(out, first, last, max(rss, leader.rss_mib()))
         name = "elasticjob_reconcile_duration_seconds"
         buckets = sm.bucket_delta(sm.histogram(operator1, name), sm.histogram(operator0, name))
         out.reconcile_p50_s = sm.histogram_quantile(0.5, buckets)
         out.reconcile_p95_s = sm.histogram_quantile(0.95, buckets)
         out.reconciles_per_s = max(buckets.values(), default=0.0) / out.seconds
-        others = Counter(sm.minus(standin1, standin0)) + Counter(sm.minus(mine1, mine0))
-        total = sm.minus(sm.requests_by_verb(apiserver1), sm.requests_by_verb(apiserver0))
-        out.api_per_s = {
-            verb: max(0.0, count - others.get(verb, 0)) / out.seconds
-            for verb, count in total.items()
-        }
-        out.status_writes_per_s = (
-            sm.requests_of(apiserver1, "elasticjobs", "status", "PATCH")
-            - sm.requests_of(apiserver0, "elasticjobs", "status", "PATCH")
-        ) / out.seconds
+        out.status_writes_per_s = _status_writes(first, last, "elasticjobs", ("PATCH",))
         for is_cut, future in futures:
             took = future.result()
             if is_cut:
@@ -806,39 +812,46 @@ class Bench:
     def _measure_peer(self, pid: int, jobs: int) -> Window:
         assert self.standins is not None
         out = Window(f"Kubeflow, {jobs} PyTorchJobs", jobs, jobs * self.args.nodes_per_job)
-        apiserver0 = self.api.metrics()
-        standin0, mine0 = Counter(self.standins.stats()["api_requests"]), Counter(self.api.counts)
-        cpu0, busy0, began = cpu_seconds(pid), machine_busy(), time.monotonic()
-        standins_cpu0 = cpu_seconds(self.standins.proc.pid)
+        first = self._read(pid)
         rss = 0.0
-        while time.monotonic() - began < self.args.window:
+        while time.monotonic() - first.at < self.args.window:
             rss = max(rss, rss_mib(pid))
             time.sleep(2.0)
-        cpu1, busy1 = cpu_seconds(pid), machine_busy()
-        standins_cpu1 = cpu_seconds(self.standins.proc.pid)
-        apiserver1 = self.api.metrics()
-        standin1, mine1 = Counter(self.standins.stats()["api_requests"]), Counter(self.api.counts)
-        out.seconds = time.monotonic() - began
+        last = self._read(pid)
+        self._fill(out, first, last, max(rss, rss_mib(pid)))
+        out.status_writes_per_s = _status_writes(first, last, "pytorchjobs", ("PUT", "PATCH"))
+        return out
+
+    def _read(self, pid: int) -> Reading:
+        assert self.standins is not None
+        return Reading(
+            at=time.monotonic(),
+            apiserver=self.api.metrics(),
+            standins_api=Counter(self.standins.stats()["api_requests"]),
+            mine=Counter(self.api.counts),
+            cpu=cpu_seconds(pid),
+            busy=machine_busy(),
+            standins_cpu=cpu_seconds(self.standins.proc.pid),
+        )
+
+    @staticmethod
+    def _fill(out: Window, first: Reading, last: Reading, rss: float) -> None:
+        """The figures every window has, from its first and last readings (``rss``: the
+        measured process's peak RSS in between)."""
+        out.seconds = last.at - first.at
         out.load1 = load1()
-        out.machine_busy = (busy1[0] - busy0[0]) / max(1, busy1[1] - busy0[1])
-        out.cpu_cores = (cpu1 - cpu0) / out.seconds
-        out.standins_cpu_cores = (standins_cpu1 - standins_cpu0) / out.seconds
-        out.rss_mib = max(rss, rss_mib(pid))
-        others = Counter(sm.minus(standin1, standin0)) + Counter(sm.minus(mine1, mine0))
-        total = sm.minus(sm.requests_by_verb(apiserver1), sm.requests_by_verb(apiserver0))
+        out.machine_busy = (last.busy[0] - first.busy[0]) / max(1, last.busy[1] - first.busy[1])
+        out.cpu_cores = (last.cpu - first.cpu) / out.seconds
+        out.standins_cpu_cores = (last.standins_cpu - first.standins_cpu) / out.seconds
+        out.rss_mib = rss
+        others = Counter(sm.minus(last.standins_api, first.standins_api)) + Counter(
+            sm.minus(last.mine, first.mine)
+        )
+        total = sm.minus(sm.requests_by_verb(last.apiserver), sm.requests_by_verb(first.apiserver))
         out.api_per_s = {
             verb: max(0.0, count - others.get(verb, 0)) / out.seconds
             for verb, count in total.items()
         }
-        out.status_writes_per_s = (
-            sum(
-                sm.requests_of(apiserver1, "pytorchjobs", "status", verb)
-                - sm.requests_of(apiserver0, "pytorchjobs", "status", verb)
-                for verb in ("PUT", "PATCH")
-            )
-            / out.seconds
-        )
-        return out
 
     # -- clean-up ---------------------------------------------------------------------------
 

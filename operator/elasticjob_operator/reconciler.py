@@ -83,8 +83,8 @@ class JobLoop:
         gate: probes.ProbeGate | None = None,
         jobs: Callable[[], int] = lambda: 1,
     ) -> None:
-        """``jobs``: how many jobs the operator runs now (the progress sample's budget is
-        shared by all of them)."""
+        """``jobs``: how many jobs the operator runs now (the budgets of steady probes and of
+        progress samples are shared by all of them)."""
         self._jobs = jobs
         self._kube = kube
         self._gate = gate or probes.ProbeGate(0)
@@ -104,8 +104,8 @@ class JobLoop:
         self._tls_cache: tuple[str, probes.EtcdTls] | None = None
         """The context made from the Secret (by its name), kept: the Secret never changes."""
         self._probed = _Probed()
-        self._refusals = Refusals()
         """The latest answers of the job's agents and etcd, and when they were taken."""
+        self._refusals = Refusals()
         self._calm = cadence.Calm()
         self._inputs: object = None
         """What the job's objects looked like at the previous step (a change breaks the calm)."""

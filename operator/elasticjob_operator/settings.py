@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from . import leadership, netpol
+from . import leadership, netpol, progress
 from .cadence import CadenceSettings
 from .reconciler import LoopSettings
 from .stall import StallSettings
@@ -64,8 +64,12 @@ class OperatorSettings:
         stall = StallSettings(
             etcd_unavailable_after=_number(env, "ELASTICJOB_ETCD_UNAVAILABLE_AFTER_SECONDS", 4.0),
             waiting_after=_number(env, "ELASTICJOB_WAITING_AFTER_SECONDS", 15.0),
-            progress_sample=_number(env, "ELASTICJOB_PROGRESS_SAMPLE_SECONDS", 30.0),
-            progress_writes_per_second=_number(env, "ELASTICJOB_PROGRESS_WRITES_PER_SECOND", 5.0),
+            progress_sample=_number(
+                env, "ELASTICJOB_PROGRESS_SAMPLE_SECONDS", progress.SAMPLE_SECONDS
+            ),
+            progress_writes_per_second=_number(
+                env, "ELASTICJOB_PROGRESS_WRITES_PER_SECOND", progress.WRITES_PER_SECOND
+            ),
         )
         return cls(
             metrics_port=int(_number(env, "ELASTICJOB_METRICS_PORT", 8080)),

@@ -24,6 +24,7 @@ from enum import StrEnum
 
 from elasticjob_agent.protocol.health import AgentState, HealthReport
 
+from . import progress
 from .observed import Observed, PodPhase, PodView
 
 
@@ -45,9 +46,9 @@ class StallSettings:
     """How long a new etcd that was never reached may take to start before it counts as down."""
     waiting_after: float = 15.0
     """Seconds agents may wait in rendezvous with too few nodes before it counts as a stall."""
-    progress_sample: float = 30.0
+    progress_sample: float = progress.SAMPLE_SECONDS
     """Least seconds between two samples of ``status.progress`` (``progress.py``)."""
-    progress_writes_per_second: float = 5.0
+    progress_writes_per_second: float = progress.WRITES_PER_SECOND
     """Samples of ``status.progress`` written per second across all jobs at most."""
 
 

@@ -94,10 +94,16 @@ def test_a_busy_main_thread_keeps_the_lease_and_a_taken_lease_is_lost_at_once(
 
 def test_a_clean_stop_hands_the_lease_back(cluster: LocalCluster, namespace: str) -> None:
     _acquire(cluster, namespace)
+    acquired = _lease(cluster, namespace)["renewTime"]
     lost: list[str] = []
     keeper = LeaseKeeper(_connect(cluster), _elector(namespace, "me"), lost.append)
     keeper.start()
-    time.sleep(2 * TIMINGS.retry_period)
+    # Stopped once it holds the Lease by renewing it (not before it has run at all).
+    cluster.wait_for(
+        "the keeper's first renewal",
+        lambda: _lease(cluster, namespace)["renewTime"] != acquired,
+        timeout=10 * TIMINGS.retry_period,
+    )
     keeper.stop(10)
     spec = _lease(cluster, namespace)
     assert not spec.get("holderIdentity") and not lost, (spec, lost)

@@ -21,6 +21,7 @@ from elasticjob_agent.protocol.health import DEFAULT_HEALTH_PORT
 from elasticjob_operator import cadence, names, probes
 from elasticjob_operator.kube import Kube
 from elasticjob_operator.names import JobRef
+from elasticjob_operator.observed import PodView
 from elasticjob_operator.reconciler import JobLoop, LoopSettings, OwnedPod
 from elasticjob_operator.spec import JobSpec, parse_spec
 from elasticjob_operator.status import JobStatus, Phase
@@ -87,16 +88,22 @@ class Served:
             writer.close()
 
 
-@pytest.fixture
-async def world() -> AsyncIterator[tuple[list[OwnedPod], Served, Served, asyncio.Server]]:
-    """Two running workers whose agents report a formed group, and a running etcd pod."""
+def _running_pods() -> tuple[list[PodView], list[PodView]]:
+    """The job's two worker pods and its etcd pod, running and ready on loopback addresses of
+    their own."""
     cluster = Cluster()
     step(cluster, JobStatus(), _spec(), T0)
     base = f"127.{10 + uuid.uuid4().int % 200}.{uuid.uuid4().int % 250}"
     cluster.run_all(ip_prefix=f"{base}.")
     for name in list(cluster.pods):
         cluster.set(name, ready=True)
-    workers, etcd = cluster.workers(), cluster.etcd()
+    return cluster.workers(), cluster.etcd()
+
+
+@pytest.fixture
+async def world() -> AsyncIterator[tuple[list[OwnedPod], Served, Served, asyncio.Server]]:
+    """Two running workers whose agents report a formed group, and a running etcd pod."""
+    workers, etcd = _running_pods()
     agents = Served(b"")
     etcd_server = Served(b'{"health": "true"}')
     servers = []
@@ -171,13 +178,7 @@ async def test_a_calm_job_turns_steady_then_checks_only_etcd_and_writes_nothing(
 
 async def test_a_refused_agent_is_polled_again_only_after_a_growing_back_off() -> None:
     # One agent answers with something that is not a report; the other with a valid one.
-    cluster = Cluster()
-    step(cluster, JobStatus(), _spec(), T0)
-    base = f"127.{10 + uuid.uuid4().int % 200}.{uuid.uuid4().int % 250}"
-    cluster.run_all(ip_prefix=f"{base}.")
-    for name in list(cluster.pods):
-        cluster.set(name, ready=True)
-    (good_pod, bad_pod), etcd = cluster.workers(), cluster.etcd()
+    (good_pod, bad_pod), etcd = _running_pods()
     good = Served(report(good_pod.name, world_size=2).dumps().encode())
     bad = Served(b"NaN")
     etcd_server = Served(b'{"health": "true"}')

@@ -129,10 +129,16 @@ async def reconcile_job(
     nodes_index: kopf.Index[str, bool] = kwargs["elasticjob_lost_nodes"]
     settings: OperatorSettings = memo.settings
     job = JobRef(namespace, name, uid)
-    loop = JobLoop(
-        memo.kube, memo.session, job, settings.loop, gate=memo.gate, jobs=lambda: len(_wakeups)
-    )
     wake = _wakeups.setdefault((namespace, name), asyncio.Event())
+    loop = JobLoop(
+        memo.kube,
+        memo.session,
+        job,
+        settings.loop,
+        gate=memo.gate,
+        jobs=lambda: len(_wakeups),
+        wake=wake.set,
+    )
     stored = await memo.kube.get_job(namespace, name)
     loop.adopt(stored)
     logger.info("reconcile loop started for %s/%s (uid %s)", namespace, name, uid)

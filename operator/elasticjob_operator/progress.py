@@ -9,7 +9,9 @@ costs one status write per job per period, and ``stepsPerSecond`` is the rate be
 samples. The period (``sample_period``) is at least ``ELASTICJOB_PROGRESS_SAMPLE_SECONDS`` (30 s)
 and long enough that all jobs together write at most ``ELASTICJOB_PROGRESS_WRITES_PER_SECOND``
 (5) samples a second: 30 s up to 150 jobs, 200 s at 1000. The steady state's writes stay within
-a budget whatever the number of jobs.
+a budget whatever the number of jobs. Each job samples in its own slot of the period (``phase_of``
+its uid), so jobs started together do not write together: a budget of 5 a second is 5 a second
+in any stretch of time, not 40 in one burst and none after.
 
 ``NoProgress`` (with ``spec.progressTimeoutSeconds``): no rank reported a step for the timeout
 after the first one, seen either in the reports or, more reliably, as a group restart the agents
@@ -21,6 +23,8 @@ group loading its model is still the same stall, and no amount of waiting fails 
 
 from __future__ import annotations
 
+import math
+import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -120,11 +124,25 @@ def group_progress(reports: Iterable[HealthReport], run_id: str) -> GroupProgres
     )
 
 
+def phase_of(uid: str) -> float:
+    """Where in each sample period a job samples (a stable fraction of its uid, in [0, 1))."""
+    return zlib.crc32(uid.encode()) / 2**32
+
+
+def _slot(at: float, period: float, phase: float) -> int:
+    return math.floor(at / period - phase)
+
+
 def advance(
-    state: ProgressState | None, seen: GroupProgress | None, period: float = SAMPLE_SECONDS
+    state: ProgressState | None,
+    seen: GroupProgress | None,
+    period: float = SAMPLE_SECONDS,
+    phase: float = 0.0,
 ) -> ProgressState | None:
     """The next ``status.progress``: unchanged until ``period`` seconds passed since the last
-    sample; a step lower than the last (a restart resumed from a checkpoint) starts anew."""
+    sample, or half of it when a boundary of the job's slots (``phase`` of the period) lies in
+    between: the samples of a job move onto its slot boundaries within two periods. A step lower
+    than the last (a restart resumed from a checkpoint) starts anew."""
     if seen is None:
         return state
     timeout = None if seen.timeout is None else round(seen.timeout, 1)
@@ -133,7 +151,8 @@ def advance(
     if seen.done and seen.step == state.step:
         return state  # finished at this step: nothing new to sample
     elapsed = seen.at - state.at
-    if elapsed < period:
+    crossed = _slot(seen.at, period, phase) != _slot(state.at, period, phase)
+    if elapsed < period and not (crossed and elapsed >= period / 2):
         return state
     if seen.step < state.step:
         return ProgressState(seen.step, seen.at, timeout_seconds=timeout)

@@ -47,6 +47,12 @@ class LoopSettings:
     """Seconds between steps of a finished or suspended job."""
     probe_timeout: float = 1.0
     """Timeout of one health or etcd probe (counted from when it holds a ``ProbeGate`` slot)."""
+    probe_wait: float = 0.25
+    """How long a step waits for its probes' answers. A round of probes still out after that
+    (an agent or etcd that does not answer holds it up to ``probe_timeout``, a busy operator's
+    queue longer) ends in the background and wakes the job: its answers go into the next step,
+    and the step plans on with what it knew, so one silent pod never holds up a job's
+    reconcile (its Events, its replacements) by the probe timeout."""
     cadence: cadence.CadenceSettings = field(default_factory=cadence.CadenceSettings)
     """Probe periods of a steady job (``cadence.py``)."""
     stall: StallSettings = field(default_factory=StallSettings)
@@ -82,10 +88,16 @@ class JobLoop:
         *,
         gate: probes.ProbeGate | None = None,
         jobs: Callable[[], int] = lambda: 1,
+        wake: Callable[[], None] = lambda: None,
     ) -> None:
         """``jobs``: how many jobs the operator runs now (the budgets of steady probes and of
-        progress samples are shared by all of them)."""
+        progress samples are shared by all of them). ``wake``: run the job's next step now
+        (called when a round of probes that outlived its step ends)."""
         self._jobs = jobs
+        self._wake = wake
+        self._round: asyncio.Future[_Round] | None = None
+        """The job's round of probes in flight or finished and not yet read (one at a time)."""
+        self._wake_after_round = False
         self._kube = kube
         self._gate = gate or probes.ProbeGate(0)
         self._session = session
@@ -158,19 +170,20 @@ class JobLoop:
         due = self._due(True, now)
         if due.reports or not self._probed.endpoints:
             return None
-        if due.etcd:
-            reachable = await probes.probe_etcd(
-                self._session,
-                self._probed.endpoints,
-                self._settings.probe_timeout,
-                self._tls,
-                gate=self._gate,
-            )
-            metrics.STEADY_CHECKS.labels("ok" if reachable else "restless").inc()
-            if reachable is not True:
-                self._calm = cadence.Calm()  # the full step looks at everything, now
+        if due.etcd or self._round is not None:
+            last = self._probed
+            if not await self._probed_in_time({}, last.endpoints, reports=False, etcd=True):
+                return StepResult(self._written, self._settings.interval)  # the round wakes us
+            done = self._finished_round()
+            if done.reports is not None or done.endpoints != last.endpoints:
+                self._round = _finished(done)  # news for the plan: the full step reads it
                 return None
-            self._probed = replace(self._probed, etcd=True, etcd_at=now)
+            metrics.STEADY_CHECKS.labels("ok" if done.etcd is True else "restless").inc()
+            if done.etcd is not True:
+                self._round = _finished(done)  # the full step reads the verdict
+                self._calm = cadence.Calm()  # and looks at everything, now
+                return None
+            self._absorb([done])
         return StepResult(self._written, self._due(True, self._clock()).wait)
 
     def _inputs_of(
@@ -394,9 +407,9 @@ class JobLoop:
     ) -> Observed:
         if status.phase.finished:
             self._probed = _Probed()
+            self._round = None  # a round still out ends unread
             return Observed(workers=workers, etcd_pods=etcd_pods, lost_nodes=lost_nodes)
         kueue_reason = await self._kueue_reason(spec, workers)
-        timeout = self._settings.probe_timeout
         targets = {p.name: p.ip for p in workers if p.ip and p.phase is PodPhase.RUNNING}
         endpoints: list[str] = []
         if spec.etcd.mode is EtcdMode.EXTERNAL:
@@ -405,37 +418,42 @@ class JobLoop:
             current = max(etcd_pods, key=lambda p: p.index, default=None)
             if current is not None and current.ip and current.phase is PodPhase.RUNNING:
                 endpoints = [f"{current.ip}:{names.ETCD_CLIENT_PORT}"]
-        last = self._probed
         # A steady job reuses its latest answers between probes, only for the same pods at the
         # same addresses and the same etcd (a change of either makes the job watchful anyway).
+        # Answers come in rounds (``_probed_in_time``): a round that finished since the last
+        # step is read first, and a new one asks only what it did not answer.
+        fresh = [self._finished_round()] if self._round is not None and self._round.done() else []
+        self._absorb(fresh)
+        last = self._probed
         poll_reports = due.reports or targets != last.targets
         probe_etcd = bool(endpoints) and (due.etcd or endpoints != last.endpoints)
-        now = self._clock()
-        reports_task = (
-            self._poll_agents(targets, timeout, now) if poll_reports else _known(last.reports)
+        if fresh and fresh[0].reports is not None and fresh[0].targets == targets:
+            poll_reports = False
+        if fresh and fresh[0].probed_etcd and fresh[0].endpoints == endpoints:
+            probe_etcd = False
+        if (poll_reports or probe_etcd) and await self._probed_in_time(
+            targets, endpoints, reports=poll_reports, etcd=probe_etcd
+        ):
+            fresh.append(self._finished_round())
+            self._absorb(fresh[-1:])
+        probed = self._probed
+        # The plan sees an etcd verdict only from a probe of this etcd since the last step
+        # (``None`` otherwise), so no outage clock moves on old news.
+        etcd_reachable = next(
+            (r.etcd for r in reversed(fresh) if r.probed_etcd and r.endpoints == endpoints), None
         )
-        reports: probes.Reports
-        etcd_reachable: bool | None = None
-        if probe_etcd:
-            reports, etcd_reachable = await asyncio.gather(
-                reports_task,
-                probes.probe_etcd(self._session, endpoints, timeout, self._tls, gate=self._gate),
-            )
-        else:
-            reports = await reports_task
+        if not endpoints:
             current = max(etcd_pods, key=lambda p: p.index, default=None)
-            if not endpoints and current is not None and current.phase is PodPhase.FAILED:
+            if current is not None and current.phase is PodPhase.FAILED:
                 etcd_reachable = False
-        self._probed = _Probed(
-            targets=targets,
-            reports=reports,
-            reports_at=now if poll_reports else last.reports_at,
-            endpoints=endpoints,
-            # Between probes of a steady job the latest verdict stands for the calm, but the
-            # plan sees ``None`` (no probe this step), so no outage clock moves on old news.
-            etcd=etcd_reachable if probe_etcd else (last.etcd if endpoints else None),
-            etcd_at=now if probe_etcd else last.etcd_at,
+        # Answers of pods that are gone or moved are not theirs any more.
+        polled = probed.targets
+        reports = probes.Reports(
+            {n: r for n, r in probed.reports.valid.items() if polled.get(n) == targets.get(n)},
+            {n: w for n, w in probed.reports.invalid.items() if polled.get(n) == targets.get(n)},
         )
+        if not endpoints:
+            self._probed = replace(probed, endpoints=[], etcd=None)
         return Observed(
             workers=workers,
             etcd_pods=etcd_pods,
@@ -445,6 +463,60 @@ class JobLoop:
             etcd_reachable=etcd_reachable,
             kueue_reason=kueue_reason,
         )
+
+    async def _probed_in_time(
+        self, targets: Mapping[str, str], endpoints: list[str], *, reports: bool, etcd: bool
+    ) -> bool:
+        """Start a round of probes (unless one is out already) and wait for it up to
+        ``probe_wait``; whether the round is finished. One still out wakes the job when it ends."""
+        task = self._round
+        if task is None:
+            now = self._clock()
+            task = self._round = asyncio.ensure_future(
+                self._probe_round(dict(targets), list(endpoints), reports, etcd, now)
+            )
+            task.add_done_callback(self._round_ended)
+        if not task.done():
+            await asyncio.wait({task}, timeout=self._settings.probe_wait)
+        if task.done():
+            return True
+        self._wake_after_round = True
+        return False
+
+    def _round_ended(self, _task: asyncio.Future[_Round]) -> None:
+        if self._wake_after_round:
+            self._wake_after_round = False
+            self._wake()
+
+    def _finished_round(self) -> _Round:
+        """The finished round's answers; the next round may start."""
+        task, self._round = self._round, None
+        assert task is not None and task.done()
+        return task.result()
+
+    async def _probe_round(
+        self, targets: dict[str, str], endpoints: list[str], reports: bool, etcd: bool, at: float
+    ) -> _Round:
+        timeout = self._settings.probe_timeout
+        got, verdict = await asyncio.gather(
+            self._poll_agents(targets, timeout, at) if reports else _nothing(),
+            probes.probe_etcd(self._session, endpoints, timeout, self._tls, gate=self._gate)
+            if etcd
+            else _nothing(),
+        )
+        return _Round(at, targets, got if reports else None, endpoints, etcd, verdict)
+
+    def _absorb(self, rounds: Iterable[_Round]) -> None:
+        """Take the answers of finished rounds into the job's latest ones."""
+        for done in rounds:
+            probed = self._probed
+            if done.reports is not None:
+                probed = replace(
+                    probed, targets=done.targets, reports=done.reports, reports_at=done.at
+                )
+            if done.probed_etcd:
+                probed = replace(probed, endpoints=done.endpoints, etcd=done.etcd, etcd_at=done.at)
+            self._probed = probed
 
     async def _kueue_reason(self, spec: JobSpec, workers: tuple[PodView, ...]) -> str | None:
         """Kueue's reason the core is not admitted, read from its Workload while a core pod is
@@ -584,8 +656,27 @@ class _Probed:
     etcd_at: float | None = None
 
 
-async def _known(reports: probes.Reports) -> probes.Reports:
-    return reports
+@dataclass(frozen=True)
+class _Round:
+    """What one round of probes asked and what came back."""
+
+    at: float
+    targets: dict[str, str]
+    reports: probes.Reports | None
+    """``None``: the agents were not polled in this round."""
+    endpoints: list[str]
+    probed_etcd: bool
+    etcd: bool | None
+
+
+def _finished(done: _Round) -> asyncio.Future[_Round]:
+    future: asyncio.Future[_Round] = asyncio.get_running_loop().create_future()
+    future.set_result(done)
+    return future
+
+
+async def _nothing() -> None:
+    return None
 
 
 def _digest(pods: Iterable[PodView]) -> tuple[tuple[Any, ...], ...]:

@@ -186,7 +186,7 @@ def _plan(
     seen = progress.group_progress(observed.reports.values(), job.run_id)
     if stall is None:
         stall = no_progress(draft, spec, status, seen, now)
-    track_progress(draft, seen, stall, settings.progress_sample)
+    track_progress(draft, seen, stall, settings.progress_sample, progress.phase_of(job.uid))
     if track_stall(draft, spec, stall, now):
         finish(
             draft,

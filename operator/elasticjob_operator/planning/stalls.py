@@ -44,9 +44,13 @@ def no_progress(
 
 
 def track_progress(
-    draft: Draft, seen: progress.GroupProgress | None, stall: Stall | None, period: float
+    draft: Draft,
+    seen: progress.GroupProgress | None,
+    stall: Stall | None,
+    period: float,
+    phase: float = 0.0,
 ) -> None:
-    state = progress.advance(draft.status.progress, seen, period)
+    state = progress.advance(draft.status.progress, seen, period, phase)
     if (
         state is not None
         and stall is not None

@@ -69,6 +69,8 @@ class Served:
         self.requests = 0
         self.down = False
         """Drop every connection without an answer (a process that died)."""
+        self.held: asyncio.Event | None = None
+        """Answer only once this is set (a process that is slow to answer)."""
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -76,6 +78,8 @@ class Served:
                 await reader.readuntil(b"\r\n\r\n")
                 if self.down:
                     return
+                if self.held is not None:
+                    await self.held.wait()
                 self.requests += 1
                 writer.write(
                     b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
@@ -214,3 +218,49 @@ async def test_a_refused_agent_is_polled_again_only_after_a_growing_back_off() -
     assert good.requests >= 18, good.requests
     # Polled at 0, then no sooner than 4, 8, 16, 32 and 60 s later: at most 6 times in 120 s.
     assert 4 <= bad.requests <= 6, (bad.requests, good.requests)
+
+
+async def test_a_step_does_not_wait_for_a_slow_etcd_and_its_answer_wakes_the_job(
+    world: tuple[list[OwnedPod], Served, Served, asyncio.Server],
+) -> None:
+    pods, agents, etcd, _listener = world
+    etcd.held = asyncio.Event()
+    woken = asyncio.Event()
+    now = [T0 + 10]
+    # The probe timeout is far beyond the deadlines below: a step that waited for the probe
+    # would miss them.
+    settings = LoopSettings(probe_timeout=120.0, probe_wait=0.1)
+    api = Api()
+    services = frozenset({names.workers_service_name(JOB.name)})
+    async with probes.new_session() as session:
+        loop = JobLoop(
+            cast(Kube, api),
+            session,
+            JOB,
+            settings,
+            clock=lambda: now[0],
+            gate=probes.ProbeGate(4),
+            wake=woken.set,
+        )
+        async with asyncio.timeout(30):
+            await loop.step(api.body, pods, frozenset(), services)
+        assert agents.requests == 2  # the agents' answers came within the step
+        assert etcd.requests == 0 and not woken.is_set()
+
+        # A step while the round is still out starts no second one.
+        now[0] += 2.0
+        async with asyncio.timeout(30):
+            await loop.step(api.body, pods, frozenset(), services)
+        assert agents.requests == 2
+
+        etcd.held.set()
+        async with asyncio.timeout(30):
+            await woken.wait()
+        now[0] += 0.2
+        async with asyncio.timeout(30):
+            await loop.step(api.body, pods, frozenset(), services)
+        # The next step read the round's answer instead of asking again.
+        assert etcd.requests == 1
+        assert agents.requests == 2
+        after = JobStatus.from_json(api.body["status"])
+    assert after.phase is Phase.RUNNING, after

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 
 import pytest
@@ -226,6 +227,46 @@ def test_the_metrics_show_progress_and_the_stall_reason() -> None:
         assert REGISTRY.get_sample_value("elasticjob_job_steps_per_second", labels) == 2.5
     finally:
         metrics.forget("ns", "progress-metrics")
+
+
+def _writes_per_stretch(jobs: int, period: float, poll: float, until: float) -> list[int]:
+    """Progress samples written per ``period / 10`` stretch after two periods, when ``jobs``
+    jobs start together and each is polled every ``poll`` s (offset a little per job)."""
+    stretch = period / 10
+    counts = [0] * int((until - 2 * period) // stretch)
+    for j in range(jobs):
+        phase = progress.phase_of(f"uid-{j}")
+        state: ProgressState | None = None
+        t = (j % 7) * poll / 7
+        while t < until:
+            new = progress.advance(state, GroupProgress(int(t), t), period, phase)
+            if new != state and t >= 2 * period and state is not None:
+                counts[min(len(counts) - 1, int((t - 2 * period) // stretch))] += 1
+            state, t = new, t + poll
+    return counts
+
+
+def test_jobs_started_together_sample_their_progress_spread_over_the_period() -> None:
+    # 1000 jobs at the 5-a-second budget (200 s): each stretch of 20 s carries about a tenth.
+    counts = _writes_per_stretch(1000, 200.0, 18.0, 1400.0)
+    assert sum(counts) >= 1000 * 4  # about one sample per job per period, over 5 periods
+    assert max(counts) <= 1.5 * sum(counts) / len(counts), counts
+
+
+def test_a_job_samples_once_per_period_and_never_twice_in_half_of_one() -> None:
+    phase = progress.phase_of("some-uid")
+    assert 0.0 <= phase < 1.0
+    assert phase == progress.phase_of("some-uid")
+    state: ProgressState | None = None
+    sampled = []
+    for t in range(0, 2000, 3):
+        new = progress.advance(state, GroupProgress(t, float(t)), 100.0, phase)
+        if new != state:
+            sampled.append(t)
+        state = new
+    gaps = [b - a for a, b in itertools.pairwise(sampled)]
+    assert min(gaps) >= 50
+    assert all(gap <= 103 for gap in gaps[2:])  # on its slot boundaries after two samples
 
 
 def test_the_sample_period_is_a_setting() -> None:

@@ -50,9 +50,11 @@ class LoopSettings:
     probe_wait: float = 0.25
     """How long a step waits for its probes' answers. A round of probes still out after that
     (an agent or etcd that does not answer holds it up to ``probe_timeout``, a busy operator's
-    queue longer) ends in the background and wakes the job: its answers go into the next step,
-    and the step plans on with what it knew, so one silent pod never holds up a job's
-    reconcile (its Events, its replacements) by the probe timeout."""
+    queue longer) ends in the background and its answers go into the next step; the step plans
+    on with what it knew, so one silent pod never holds up a job's reconcile (its Events, its
+    replacements) by the probe timeout. A late round wakes the job only when etcd did not
+    answer (the outage clock starts at once); any other late answer waits for the job's next
+    step, since waking for each would double the steps of an operator that is already late."""
     cadence: cadence.CadenceSettings = field(default_factory=cadence.CadenceSettings)
     """Probe periods of a steady job (``cadence.py``)."""
     stall: StallSettings = field(default_factory=StallSettings)
@@ -468,7 +470,7 @@ class JobLoop:
         self, targets: Mapping[str, str], endpoints: list[str], *, reports: bool, etcd: bool
     ) -> bool:
         """Start a round of probes (unless one is out already) and wait for it up to
-        ``probe_wait``; whether the round is finished. One still out wakes the job when it ends."""
+        ``probe_wait``; whether the round is finished (``_round_ended`` when it is not)."""
         task = self._round
         if task is None:
             now = self._clock()
@@ -483,10 +485,12 @@ class JobLoop:
         self._wake_after_round = True
         return False
 
-    def _round_ended(self, _task: asyncio.Future[_Round]) -> None:
-        if self._wake_after_round:
-            self._wake_after_round = False
-            self._wake()
+    def _round_ended(self, task: asyncio.Future[_Round]) -> None:
+        late, self._wake_after_round = self._wake_after_round, False
+        if late and not task.cancelled() and task.exception() is None:
+            done = task.result()
+            if done.probed_etcd and done.etcd is False:
+                self._wake()
 
     def _finished_round(self) -> _Round:
         """The finished round's answers; the next round may start."""

@@ -167,6 +167,10 @@ class Observed:
     """Nodes whose ``Ready`` condition is not True, or that no longer exist."""
     etcd_reachable: bool | None = None
     """The operator's own etcd probe; ``None`` when there was nothing to probe yet."""
+    reports_fresh: bool = True
+    """Whether ``reports`` were fetched for this step. Earlier ones (the agents were not due,
+    or their round is still out) still count for what they say of the workers, but vouch for
+    nobody's etcd now."""
     kueue_reason: str | None = None
     """Why Kueue has not admitted the core's Workload (its condition message), if read."""
 

@@ -463,6 +463,7 @@ class JobLoop:
             invalid_reports=reports.invalid,
             lost_nodes=lost_nodes,
             etcd_reachable=etcd_reachable,
+            reports_fresh=any(r.reports is not None for r in fresh),
             kueue_reason=kueue_reason,
         )
 

@@ -150,7 +150,10 @@ def _etcd_stall(
     since = etcd.unreachable_since
     # An agent or the kubelet that reaches etcd outweighs the operator's failing probe (the
     # operator's network path, or the operator itself under load, may be what fails).
-    vouched = any(r.etcd.reachable for r in reports) or (etcd.pod is not None and etcd.pod.ready)
+    # Reports taken before this step (``Observed.reports_fresh``) vouch for nobody now.
+    vouched = (observed.reports_fresh and any(r.etcd.reachable for r in reports)) or (
+        etcd.pod is not None and etcd.pod.ready
+    )
     if since is not None and not vouched:
         grace = settings.etcd_unavailable_after if etcd.ever_ready else settings.etcd_startup_grace
         if now - since >= grace:

@@ -66,3 +66,24 @@ def test_a_witness_coming_back_clears_the_clock() -> None:
     assert status.etcd.unreachable_since is None
     status = step(cluster, status, spec, T0 + 15, etcd_reachable=False).status
     assert status.etcd.generation == 0 and status.etcd.unreachable_since == T0 + 15
+
+
+def test_reports_taken_before_this_step_vouch_for_nobody() -> None:
+    # The agents' round is still out (a loaded operator): the step plans with their previous
+    # reports, which said etcd was reachable then. They do not stop the outage clock now.
+    cluster = Cluster()
+    spec = job_spec()
+    status = _running(cluster)
+    cluster.set("demo-etcd-0", ready=False)
+    earlier = {n: report(n) for n in WORKERS}
+    status = step(
+        cluster, status, spec, T0 + 10, etcd_reachable=False, reports=earlier, reports_fresh=False
+    ).status
+    assert status.etcd.unreachable_since == T0 + 10
+    later = step(
+        cluster, status, spec, T0 + 14, etcd_reachable=False, reports=earlier, reports_fresh=False
+    )
+    assert later.status.stall is not None and later.status.stall.reason == "EtcdUnavailable"
+    # The same reports fetched in the step do vouch.
+    fresh = step(cluster, status, spec, T0 + 14, etcd_reachable=False, reports=earlier)
+    assert fresh.status.etcd.unreachable_since is None and fresh.status.stall is None

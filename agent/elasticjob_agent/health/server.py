@@ -6,8 +6,12 @@ coroutine, never a thread. Limits (untrusted clients share the pod network):
 - a request must arrive complete (request line and headers, at most ``MAX_REQUEST_BYTES``)
   within ``request_timeout`` seconds of connecting, else the connection is closed;
 - at most ``max_connections`` connections are open at once; a new connection beyond that
-  closes the oldest unanswered one, so half-sent requests cannot lock out the operator's probe;
-- one request per connection (``Connection: close``).
+  closes the oldest unanswered one (half-sent, or idle between two requests), so half-sent
+  requests cannot lock out the operator's probe;
+- a connection stays open for the next request (HTTP/1.1 keep-alive) up to ``idle_timeout``
+  seconds, longer than the operator keeps an idle connection (30 s): the operator polls every
+  agent every few seconds, and a TCP handshake per poll costs its one event loop more than the
+  request itself. A client that asks ``Connection: close`` (or speaks HTTP/1.0) gets it.
 
 The providers given to ``HealthServer`` run on the server's loop: they must be thread-safe and
 quick (they read lock-guarded records).
@@ -31,6 +35,7 @@ logger = logging.getLogger(__name__)
 MAX_REQUEST_BYTES = 8192
 DEFAULT_REQUEST_TIMEOUT = 5.0
 DEFAULT_MAX_CONNECTIONS = 64
+DEFAULT_IDLE_TIMEOUT = 60.0
 _START_TIMEOUT = 10.0
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed"}
 _REASONS[503] = "Service Unavailable"
@@ -49,16 +54,20 @@ class HealthServer:
         *,
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
     ) -> None:
-        if not request_timeout > 0 or max_connections < 1:
-            raise ValueError("request_timeout must be > 0 and max_connections >= 1")
+        if not request_timeout > 0 or max_connections < 1 or not idle_timeout > 0:
+            raise ValueError(
+                "request_timeout and idle_timeout must be > 0 and max_connections >= 1"
+            )
+        self._idle = idle_timeout
         self._report = report
         self._metrics = metrics
         self._alive = alive
         self._timeout = request_timeout
         self._max = max_connections
         self._open: OrderedDict[asyncio.Task[None], asyncio.StreamWriter] = OrderedDict()
-        """Unanswered connections, oldest first."""
+        """Connections waiting for a request (half-sent or idle), longest waiting first."""
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.Server | None = None
         failure: list[BaseException] = []
@@ -94,7 +103,7 @@ class HealthServer:
 
     @property
     def connections(self) -> int:
-        """Connections open and unanswered right now (for tests)."""
+        """Connections open and waiting for a request right now (for tests)."""
         return len(self._open)
 
     # --- per connection ----------------------------------------------------------------------
@@ -113,16 +122,35 @@ class HealthServer:
     async def _serve_one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         try:
+            # The first request must be complete within the request timeout of connecting; a
+            # later one may start within the idle timeout, then has the request timeout too.
             async with asyncio.timeout(self._timeout):
                 head = await reader.readuntil(b"\r\n\r\n")
-            if task is not None:
-                self._open.pop(task, None)
-            code, body, content_type = self._answer(head)
-            writer.write(
-                _response(code, body, content_type, with_body=not head.startswith(b"HEAD "))
-            )
-            async with asyncio.timeout(self._timeout):
-                await writer.drain()
+            while True:
+                if task is not None:
+                    self._open.pop(task, None)
+                code, body, content_type = self._answer(head)
+                keep = code < 400 or code in (404, 503)
+                keep = keep and _keeps_alive(head)
+                writer.write(
+                    _response(
+                        code,
+                        body,
+                        content_type,
+                        with_body=not head.startswith(b"HEAD "),
+                        keep_alive=keep,
+                    )
+                )
+                async with asyncio.timeout(self._timeout):
+                    await writer.drain()
+                if not keep:
+                    return
+                if task is not None:
+                    self._open[task] = writer  # idle now: among the first to go past the cap
+                async with asyncio.timeout(self._idle):
+                    start = await reader.readexactly(1)
+                async with asyncio.timeout(self._timeout):
+                    head = start + await reader.readuntil(b"\r\n\r\n")
         except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             logger.debug("health: closing an incomplete or slow request")
         except (ConnectionError, asyncio.CancelledError):
@@ -177,12 +205,32 @@ class HealthServer:
             self._loop.close()
 
 
-def _response(code: int, body: bytes, content_type: str, *, with_body: bool = True) -> bytes:
+def _keeps_alive(head: bytes) -> bool:
+    """Whether the client lets the connection stay open: HTTP/1.1 without ``Connection:
+    close`` (HTTP/1.0 and anything else close)."""
+    lines = head.split(b"\r\n")
+    if not lines[0].endswith(b" HTTP/1.1"):
+        return False
+    for line in lines[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"connection" and b"close" in value.lower():
+            return False
+    return True
+
+
+def _response(
+    code: int,
+    body: bytes,
+    content_type: str,
+    *,
+    with_body: bool = True,
+    keep_alive: bool = False,
+) -> bytes:
     """The whole response; ``with_body=False`` for HEAD (same headers, no body)."""
     head = (
         f"HTTP/1.1 {code} {_REASONS.get(code, 'Error')}\r\n"
         f"Content-Type: {content_type}\r\n"
         f"Content-Length: {len(body)}\r\n"
-        "Connection: close\r\n\r\n"
+        f"Connection: {'keep-alive' if keep_alive else 'close'}\r\n\r\n"
     )
     return head.encode("latin-1") + (body if with_body else b"")

@@ -13,6 +13,7 @@ import http.client
 import json
 import socket
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -131,3 +132,78 @@ def test_garbage_is_a_bad_request(server: HealthServer) -> None:
 def test_a_taken_port_is_an_os_error(server: HealthServer) -> None:
     with pytest.raises(OSError):
         HealthServer("127.0.0.1", server.port, lambda: None, lambda: b"", lambda: True)  # type: ignore[arg-type,return-value]
+
+
+def _request(sock: socket.socket, path: str, extra: str = "") -> bytes:
+    """One request on ``sock`` and its whole response (``Content-Length`` bytes of body)."""
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n{extra}\r\n".encode())
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(4096)
+        assert chunk, f"closed before a response: {data!r}"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(
+        next(h for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")).split(b":")[
+            1
+        ]
+    )
+    while len(body) < length:
+        chunk = sock.recv(4096)
+        assert chunk
+        body += chunk
+    return head
+
+
+def test_a_connection_serves_request_after_request(server: HealthServer) -> None:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=_DEADLINE) as sock:
+        for path in ("/status", "/healthz", "/status", "/nothing-here"):
+            head = _request(sock, path)
+            assert b"Connection: keep-alive" in head, head
+        # Idle, waiting for the next request (counted once the server is back to reading).
+        deadline = time.monotonic() + _DEADLINE
+        while server.connections != 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert server.connections == 1
+
+
+def test_connection_close_and_http_1_0_close_after_the_answer(server: HealthServer) -> None:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=_DEADLINE) as sock:
+        assert b"Connection: close" in _request(sock, "/status", "Connection: close\r\n")
+        assert closed_by_server(sock)
+    with socket.create_connection(("127.0.0.1", server.port), timeout=_DEADLINE) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
+        reply = b""
+        while chunk := sock.recv(4096):
+            reply += chunk
+        assert reply.startswith(b"HTTP/1.1 200") and b"Connection: close" in reply
+
+
+def test_an_idle_connection_is_closed_after_the_idle_timeout() -> None:
+    s = serve([True], request_timeout=60.0, idle_timeout=0.2)
+    try:
+        with socket.create_connection(("127.0.0.1", s.port), timeout=_DEADLINE) as sock:
+            _request(sock, "/healthz")
+            assert closed_by_server(sock)  # well before _DEADLINE
+    finally:
+        s.close()
+
+
+def test_idle_connections_give_way_to_new_ones_past_the_cap() -> None:
+    s = serve([True], request_timeout=60.0, max_connections=4)
+    try:
+        idle = [
+            socket.create_connection(("127.0.0.1", s.port), timeout=_DEADLINE) for _ in range(4)
+        ]
+        for sock in idle:
+            _request(sock, "/healthz")
+        # A fifth connection evicts the one idle for longest; the operator's next probe would
+        # open a new connection.
+        with socket.create_connection(("127.0.0.1", s.port), timeout=_DEADLINE) as fifth:
+            assert b"200 OK" in _request(fifth, "/status")
+            assert closed_by_server(idle[0])
+        assert b"200 OK" in _request(idle[3], "/healthz")
+        for sock in idle:
+            sock.close()
+    finally:
+        s.close()

@@ -175,7 +175,8 @@ class JobLoop:
         if due.etcd or self._round is not None:
             last = self._probed
             if not await self._probed_in_time({}, last.endpoints, reports=False, etcd=True):
-                return StepResult(self._written, self._settings.interval)  # the round wakes us
+                # Still out: its answers go into a later step (``_round_ended``).
+                return StepResult(self._written, self._settings.interval)
             done = self._finished_round()
             if done.reports is not None or done.endpoints != last.endpoints:
                 self._round = _finished(done)  # news for the plan: the full step reads it

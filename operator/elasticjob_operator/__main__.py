@@ -16,7 +16,7 @@ import asyncio
 import logging
 import os
 import sys
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 
 import kopf
 from aiohttp import web
@@ -73,22 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"http://0.0.0.0:{settings.health_port}/healthz" if settings.health_port else None
     )
 
-    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-        return runner.run(_serve(settings, namespaces, liveness))
-
-
-def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """uvloop's event loop where it is installed (the operator extra installs it on Linux).
-
-    One event loop serves every probe, plan and watch event of every job: at 1000 jobs its own
-    overhead (callbacks, timers, transports) is a large share of the operator's CPU, and uvloop
-    cuts it. kopf runs on it unchanged (its own CLI picks it too)."""
-    try:
-        import uvloop  # noqa: PLC0415 - optional: not on every platform
-    except ImportError:
-        log.info("uvloop is not installed: running on asyncio's own event loop")
-        return None
-    return uvloop.new_event_loop
+    return asyncio.run(_serve(settings, namespaces, liveness))
 
 
 async def _serve(

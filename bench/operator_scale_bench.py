@@ -569,12 +569,44 @@ class Bench:
         """Seconds from the cut to the job's ``EtcdUnavailable`` Event (posted when the stall
         starts). Not the ``Stalled`` condition: the operator recreates a stand-in etcd and
         clears the condition within about a second, between two polls of it."""
+        return self._fault_and_time(
+            ns,
+            name,
+            "EtcdUnavailable",
+            path="/cut",
+            body={"namespace": ns, "job": name},
+            limit=limit,
+        )
+
+    def fail_and_time(self, ns: str, name: str, limit: float = 120) -> float | None:
+        """Seconds from a worker's failure to the job's ``WorkerReplaced`` Event."""
+        return self._fault_and_time(
+            ns,
+            name,
+            "WorkerReplaced",
+            path="/fail",
+            body={"namespace": ns, "pod": f"{name}-worker-0-0"},
+            limit=limit,
+        )
+
+    def _fault_and_time(
+        self,
+        ns: str,
+        name: str,
+        reason: str,
+        *,
+        path: str,
+        body: Mapping[str, Any],
+        limit: float,
+    ) -> float | None:
+        """Inject a fault through the stand-ins (``path``) and time it to the job's next Event
+        of ``reason``; ``None`` when none came within ``limit`` seconds."""
         assert self.standins is not None
         self.faulted.add((ns, name))
-        selector = f"involvedObject.name={name},reason=EtcdUnavailable"
+        selector = f"involvedObject.name={name},reason={reason}"
         before = len(self._events(ns, selector))
         began = time.monotonic()
-        self.standins.post("/cut", {"namespace": ns, "job": name})
+        self.standins.post(path, body)
         while time.monotonic() - began < limit:
             if len(self._events(ns, selector)) > before:
                 return time.monotonic() - began
@@ -587,19 +619,6 @@ class Bench:
         )
         items: list[dict[str, Any]] = listed["items"]
         return items
-
-    def fail_and_time(self, ns: str, name: str, limit: float = 120) -> float | None:
-        assert self.standins is not None
-        self.faulted.add((ns, name))
-        selector = f"involvedObject.name={name},reason=WorkerReplaced"
-        before = len(self._events(ns, selector))
-        began = time.monotonic()
-        self.standins.post("/fail", {"namespace": ns, "pod": f"{name}-worker-0-0"})
-        while time.monotonic() - began < limit:
-            if len(self._events(ns, selector)) > before:
-                return time.monotonic() - began
-            time.sleep(0.5)
-        return None
 
     def fresh_jobs(self, count: int, among: int) -> list[tuple[str, str]]:
         """``count`` jobs among the first ``among`` with no fault yet, newest first."""

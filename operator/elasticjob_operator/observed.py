@@ -171,6 +171,14 @@ class Observed:
     """Whether ``reports`` were fetched for this step. Earlier ones (the agents were not due,
     or their round is still out) still count for what they say of the workers, but vouch for
     nobody's etcd now."""
+
+    def agent_reaches_etcd(self, run_id: str) -> bool:
+        """Whether an agent of ``run_id`` reaches the job's etcd in this step: only reports
+        fetched for it vouch (``reports_fresh``)."""
+        return self.reports_fresh and any(
+            r.run_id == run_id and r.etcd.reachable for r in self.reports.values()
+        )
+
     kueue_reason: str | None = None
     """Why Kueue has not admitted the core's Workload (its condition message), if read."""
 

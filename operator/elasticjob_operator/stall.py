@@ -90,7 +90,7 @@ def classify(
             StallReason.PODS_NOT_STARTING,
             f"the managed etcd cannot start: {etcd.pod.start_failure.summary()}",
         )
-    etcd_stall = _etcd_stall(observed, etcd, reports, now, settings)
+    etcd_stall = _etcd_stall(observed, etcd, reports, run_id=run_id, now=now, settings=settings)
     if etcd_stall is not None:
         return etcd_stall
     live = [p for p in current_workers if not p.terminal and not p.deleting]
@@ -130,6 +130,8 @@ def _etcd_stall(
     observed: Observed,
     etcd: EtcdView,
     reports: Sequence[HealthReport],
+    *,
+    run_id: str,
     now: float,
     settings: StallSettings,
 ) -> Stall | None:
@@ -150,10 +152,7 @@ def _etcd_stall(
     since = etcd.unreachable_since
     # An agent or the kubelet that reaches etcd outweighs the operator's failing probe (the
     # operator's network path, or the operator itself under load, may be what fails).
-    # Reports taken before this step (``Observed.reports_fresh``) vouch for nobody now.
-    vouched = (observed.reports_fresh and any(r.etcd.reachable for r in reports)) or (
-        etcd.pod is not None and etcd.pod.ready
-    )
+    vouched = observed.agent_reaches_etcd(run_id) or (etcd.pod is not None and etcd.pod.ready)
     if since is not None and not vouched:
         grace = settings.etcd_unavailable_after if etcd.ever_ready else settings.etcd_startup_grace
         if now - since >= grace:

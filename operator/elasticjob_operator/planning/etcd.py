@@ -133,9 +133,7 @@ def manage_etcd(
 def _vouched(observed: Observed, run_id: str, state: EtcdState) -> bool:
     """Whether an agent of this run or the kubelet (the current managed etcd pod is Ready)
     reaches the job's etcd in this step."""
-    if observed.reports_fresh and any(
-        r.run_id == run_id and r.etcd.reachable for r in observed.reports.values()
-    ):
+    if observed.agent_reaches_etcd(run_id):
         return True
     return any(p.ready and p.index == state.generation for p in observed.etcd_pods)
 

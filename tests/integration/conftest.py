@@ -230,6 +230,13 @@ class EtcdServer:
         """SIGSTOP: connections stay open but nothing answers, like a link cut mid-stream."""
         assert self._proc is not None
         self._proc.send_signal(signal.SIGSTOP)
+        # kill() returns before the threads stop: one may still answer a request sent right
+        # after. Frozen means every thread of the process is in state T.
+        tasks = Path(f"/proc/{self._proc.pid}/task")
+        deadline = time.monotonic() + 10
+        while not all(_stopped(t) for t in tasks.iterdir()):
+            assert time.monotonic() < deadline, f"etcd {self._proc.pid} did not stop on SIGSTOP"
+            time.sleep(0.01)
 
     def thaw(self) -> None:
         assert self._proc is not None
@@ -259,6 +266,15 @@ class EtcdServer:
             timeout=timeout,
         )
         return out.stdout.decode()
+
+
+def _stopped(task: Path) -> bool:
+    """Whether the thread ``task`` (a /proc/PID/task/TID directory) is stopped by a signal."""
+    try:
+        stat = (task / "stat").read_text()
+    except FileNotFoundError:  # the thread exited
+        return True
+    return stat.rpartition(")")[2].split()[0] == "T"
 
 
 def _serve(extra_args: tuple[str, ...] = (), *, tls: bool = False) -> Iterator[EtcdServer]:

@@ -390,6 +390,7 @@ class Supervisor:
     def _monitor(self, store: Any, group_rank: int, group_world: int) -> RestartReason:
         """Watch until the group must restart; return why. Success and SIGTERM exit from here."""
         next_membership_check = 0.0
+        finishing = False
         while True:
             self._status.beat()
             self._workers.maintain()
@@ -421,11 +422,37 @@ class Supervisor:
             if codes and all(c == 0 for c in codes.values()):
                 self._succeeded(store, group_rank, group_world)
             now = time.monotonic()
-            if now >= next_membership_check and self._unreachable_since() is None:
+            if (
+                not finishing
+                and now >= next_membership_check
+                and self._unreachable_since() is None
+            ):
                 next_membership_check = now + _MEMBERSHIP_CHECK_EVERY
                 reason = self._membership_change()
-                if reason is not None:
+                if reason is None:
+                    continue
+                finished = self._finished_peer(store, group_world)
+                if finished is None:
                     return reason
+                # Re-forming now would leave the finished node (in its exit barrier, never
+                # joining again) and us waiting for each other. Our workers finish or fail on
+                # their own; either way the monitor sees their exit codes.
+                self._events.info("group_finishing", finished_rank=finished, ignored=reason.value)
+                finishing = True
+
+    def _finished_peer(self, store: Any, group_world: int) -> int | None:
+        """The group rank of a node of this round whose workers all exited 0 (it wrote its exit
+        key, see ``_succeeded``), or ``None``. Once one has, the training is done: a member
+        that vanishes now (its lease lapsed while its workers were exiting, say) must not
+        restart the group."""
+        for rank in range(group_world):
+            try:
+                if store.check([_EXIT_KEY.format(rank)]):
+                    return rank
+            except Exception as exc:  # unknown: re-form, as without this check
+                logger.debug("could not read the exit barrier: %s", exc)
+                return None
+        return None
 
     def _hang_timeout(self) -> float | None:
         """The progress timeout in force: the fixed one, or the one learned from the steps."""

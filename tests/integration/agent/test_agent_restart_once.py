@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from agent_harness import (
+    SCRIPTS,
     TRAIN,
     Agent,
     expire_lease_of,
@@ -128,3 +129,30 @@ def test_a_member_whose_lease_lapsed_while_it_trained_is_one_free_membership_res
     detail = "\n".join(_stopped(a.log()) + _stopped(b.log()) + _stopped(c.log()))
     assert counts == {"membership": 1}, f"{counts}\n{detail}"
     assert "event=lease_lapsed" in c.log(), c.log()[-3000:]
+
+
+def test_a_lease_lapse_after_a_node_finished_does_not_restart_the_group(
+    etcd_server_session: Any, spawn_agent: Spawn, tmp_path: Path
+) -> None:
+    """Node a's workers all exited 0 (it waits in the exit barrier); b's are still exiting when
+    etcd drops b's keys. Re-forming then would leave a (finished, never joining again) and b
+    waiting for each other until a timeout. b must let its workers finish instead: both exit 0
+    and nothing is counted."""
+    ep = etcd_server_session.endpoint
+    run_id = f"t-{uuid.uuid4().hex[:10]}"
+    go = tmp_path / "go"
+    flags = [*rdzv_flags(ep, run_id, "2:2"), "--nproc-per-node", "1", "--max-restarts", "3"]
+    script = [str(SCRIPTS / "linger_after_done.py"), str(go)]
+    a, b = (spawn_agent(n, [*flags, *script]) for n in ("a", "b"))
+    a.wait_status(lambda s: s["state"] == "Succeeded", 240, "a's workers to exit 0")
+    b.wait_running(world_size=2, timeout=30)
+    baseline = job_counts(ep, run_id)
+
+    expire_lease_of(ep, run_id, "b")
+    wait_for(lambda: "event=group_finishing" in b.log(), 30, "b to see the group finishing")
+    go.touch()
+    assert b.wait_exit(60) == 0, b.log()[-3000:]
+    assert a.wait_exit(30) == 0, a.log()[-3000:]
+    assert job_counts(ep, run_id) == baseline, (job_counts(ep, run_id), baseline)
+    assert not _stopped(b.log()), b.log()[-3000:]
+    assert "exiting rank=1 restart_count=0" in b.log(), b.log()[-3000:]

@@ -176,8 +176,10 @@ class EtcdClient:
         self._lease: Any = None
         self._watch: Any = None
         self._stream: _WatchStream | None = None
-        self._keepalive_call: Any = None
-        self._keepalive_lock = asyncio.Lock()
+        # One keep-alive stream per lease: a refresh of one lease never waits behind a
+        # refresh of another stuck on a silent stream.
+        self._keepalive_calls: dict[int, Any] = {}
+        self._keepalive_locks: dict[int, asyncio.Lock] = {}
         self._last_contact: float | None = None
         self._unreachable_since: float | None = None
         self.requests = 0
@@ -260,9 +262,7 @@ class EtcdClient:
         stream, self._stream = self._stream, None
         if stream is not None:
             stream.close()
-        keepalive, self._keepalive_call = self._keepalive_call, None
-        if keepalive is not None:
-            keepalive.cancel()
+        self._end_keepalives()
         # Drop the channel: the next call resolves the (next) endpoint's name again.
         channel, self._channel = self._channel, None
         self._index = (self._index + 1) % len(self.endpoints)
@@ -322,9 +322,7 @@ class EtcdClient:
         stream, self._stream = self._stream, None
         if stream is not None:
             stream.close()
-        keepalive, self._keepalive_call = self._keepalive_call, None
-        if keepalive is not None:
-            keepalive.cancel()
+        self._end_keepalives()
         channel, self._channel = self._channel, None
         if channel is not None:
             await channel.close()
@@ -391,13 +389,15 @@ class EtcdClient:
     async def keepalive(self, lease: int) -> int:
         """Refresh ``lease`` once; return its new TTL. ``LeaseNotFoundError`` if it is gone.
 
-        Uses one long-lived keep-alive stream per client (one message per refresh)."""
+        Uses one long-lived keep-alive stream per lease (one message per refresh); a caller
+        done with a lease ends its stream with ``end_keepalive``."""
         self._ensure_channel()
         self.requests += 1
-        async with self._keepalive_lock:
+        lock = self._keepalive_locks.setdefault(lease, asyncio.Lock())
+        async with lock:
             # A reused stream may have died while idle (etcd restarted, the channel was
             # dropped): that refreshed nothing, so say it once more on a new stream.
-            retries = 1 if self._keepalive_call is not None else 0
+            retries = 1 if lease in self._keepalive_calls else 0
             while True:
                 try:
                     response = await self._keepalive_on_stream(lease)
@@ -408,35 +408,52 @@ class EtcdClient:
                     retries -= 1
         self._contact()
         if response.TTL <= 0:
+            self.end_keepalive(lease)
             raise LeaseNotFoundError("NOT_FOUND", f"lease {lease:x} expired or revoked")
         return int(response.TTL)
 
+    def end_keepalive(self, lease: int) -> None:
+        """Close the keep-alive stream of ``lease`` (gone, revoked or replaced), if any."""
+        call = self._keepalive_calls.pop(lease, None)
+        self._keepalive_locks.pop(lease, None)
+        if call is not None:
+            call.cancel()
+
+    def _end_keepalives(self) -> None:
+        calls, self._keepalive_calls = self._keepalive_calls, {}
+        for call in calls.values():
+            call.cancel()
+
+    def _forget_stream(self, lease: int, call: Any) -> None:
+        if self._keepalive_calls.get(lease) is call:
+            del self._keepalive_calls[lease]
+        call.cancel()
+
     async def _keepalive_on_stream(self, lease: int) -> Any:
-        """One refresh on the shared keep-alive stream (opened if there is none). Errors of the
-        stream itself (finished, failed) propagate with the stream forgotten."""
-        if self._keepalive_call is None:
+        """One refresh on ``lease``'s keep-alive stream (opened if there is none). Errors of
+        the stream itself (finished, failed) propagate with the stream forgotten."""
+        call = self._keepalive_calls.get(lease)
+        if call is None:
             # The channel may have been dropped meanwhile (by a watch or another call).
             self._ensure_channel()
-            self._keepalive_call = self._lease.LeaseKeepAlive()
-        call = self._keepalive_call
+            call = self._keepalive_calls[lease] = self._lease.LeaseKeepAlive()
         try:
             within = self._deadline_now()
             await asyncio.wait_for(call.write(rpc.LeaseKeepAliveRequest(ID=lease)), within)
             response = await asyncio.wait_for(call.read(), within)
         except TimeoutError as exc:
-            call.cancel()
-            self._keepalive_call = None
+            self._forget_stream(lease, call)
             self.note_silence()
             raise RendezvousConnectionError("etcd did not answer a lease keep-alive") from exc
         except (asyncio.InvalidStateError, grpc.aio.AioRpcError):
-            self._keepalive_call = None
+            self._forget_stream(lease, call)
             raise
         except asyncio.CancelledError as exc:
-            if self._keepalive_call is call:
-                self._keepalive_call = None
+            # An answer still on its way must not be read as the answer to a later refresh.
+            self._forget_stream(lease, call)
             raise _dropped_under(exc) from exc
         if response is grpc.aio.EOF:
-            self._keepalive_call = None
+            self._forget_stream(lease, call)
             self._failed(drop=False)
             raise RendezvousConnectionError("etcd closed the lease keep-alive stream")
         return response

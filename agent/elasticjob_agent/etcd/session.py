@@ -21,7 +21,7 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from elasticjob_agent.errors import RendezvousConnectionError
-from elasticjob_agent.etcd.client import EtcdClient, LeaseNotFoundError, Reachability, caller_budget
+from elasticjob_agent.etcd.client import EtcdClient, LeaseNotFoundError, Reachability
 from elasticjob_agent.protocol.endpoints import Endpoint
 
 log = logging.getLogger(__name__)
@@ -37,6 +37,11 @@ class LeaseKeeper:
     ``current()`` grants a lease when there is none (first use, or after ``lost()``), so an etcd
     that was wiped or a lease that expired during an outage is replaced on the next request.
     Keys attached to a lost lease are gone: the rendezvous notices and joins again.
+
+    Each refresh gets at most ``ttl / 3`` s, and a failed one is retried within
+    ``ttl / 10`` s: a refresh stuck on a silent stream must not outlast the lease. A new lease
+    starts a new refresh schedule, so nothing left over from the old one (a refresh of a lease
+    etcd no longer has, stuck on the old connection) delays its first refresh.
     """
 
     def __init__(self, client: EtcdClient, ttl: int) -> None:
@@ -45,6 +50,8 @@ class LeaseKeeper:
         self._id: int | None = None
         self._task: asyncio.Task[None] | None = None
         self.refreshes = 0
+        self.unanswered = 0
+        """Refreshes given up for want of an answer within ``ttl / 3`` s."""
 
     @property
     def id(self) -> int | None:
@@ -52,38 +59,60 @@ class LeaseKeeper:
 
     async def current(self) -> int:
         if self._id is None:
-            self._id = await self._client.grant(self.ttl)
-            log.debug("granted lease %x (ttl=%ds)", self._id, self.ttl)
+            lease = await self._client.grant(self.ttl)
+            log.debug("granted lease %x (ttl=%ds)", lease, self.ttl)
+            if self._id is None:
+                self._id = lease
+                self._restart()
+            else:  # another task granted one meanwhile: keep that, drop ours
+                self._client.end_keepalive(lease)
         if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._keep_alive())
+            self._restart()
         return self._id
 
+    def _restart(self) -> None:
+        task = self._task
+        if task is not None and not task.done():
+            task.cancel()
+        self._task = asyncio.get_running_loop().create_task(self._keep_alive())
+
     async def lost(self) -> None:
-        self._id = None
+        lease, self._id = self._id, None
+        if lease is not None:
+            self._client.end_keepalive(lease)
+
+    def _pause(self, failing: bool) -> float:
+        # Jitter: agents that started (or recovered) together must not refresh in lockstep.
+        if failing:
+            return self.ttl * random.uniform(0.05, 0.1)
+        return self.ttl * random.uniform(0.25, 1 / 3)
 
     async def _keep_alive(self) -> None:
         failing = False
         while True:
-            # Jitter: agents that started together must not refresh in lockstep.
-            await asyncio.sleep(self.ttl * random.uniform(0.25, 1 / 3))
+            await asyncio.sleep(self._pause(failing))
             lease = self._id
             if lease is None:
                 continue
             try:
-                # An answer after the TTL renews nothing: a keep-alive waits at most that long
-                # (or the client's base deadline), however long etcd's slowness made the others.
-                with caller_budget(self.ttl):
-                    await self._client.keepalive(lease)
+                # etcd applies a refresh it received even when its answer comes too late for
+                # us, so giving up on the answer early costs nothing and leaves time for
+                # another attempt (on a new stream) before the lease expires.
+                await asyncio.wait_for(self._client.keepalive(lease), self.ttl / 3)
                 self.refreshes += 1
                 failing = False
             except LeaseNotFoundError:
                 log.warning("lease %x expired; a new one is granted on the next request", lease)
                 if self._id == lease:
                     self._id = None
-            except RendezvousConnectionError as exc:
+            except (RendezvousConnectionError, TimeoutError) as exc:
+                if isinstance(exc, TimeoutError):
+                    self.unanswered += 1
                 # Once per outage: the health report carries the rest.
                 (log.debug if failing else log.warning)(
-                    "lease %x keep-alive failed: %s", lease, exc
+                    "lease %x keep-alive failed: %s",
+                    lease,
+                    str(exc) or f"no answer within {self.ttl / 3:.1f} s",
                 )
                 failing = True
             except Exception as exc:  # this task must outlive any one refresh: keys hang on it
@@ -94,6 +123,7 @@ class LeaseKeeper:
         """Revoke the lease now: every key on it (joined, waiting) is deleted at once."""
         lease, self._id = self._id, None
         if lease is not None:
+            self._client.end_keepalive(lease)
             await self._client.revoke(lease)
 
     async def stop(self) -> None:

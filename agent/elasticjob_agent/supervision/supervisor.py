@@ -422,11 +422,7 @@ class Supervisor:
             if codes and all(c == 0 for c in codes.values()):
                 self._succeeded(store, group_rank, group_world)
             now = time.monotonic()
-            if (
-                not finishing
-                and now >= next_membership_check
-                and self._unreachable_since() is None
-            ):
+            if not finishing and now >= next_membership_check and self._unreachable_since() is None:
                 next_membership_check = now + _MEMBERSHIP_CHECK_EVERY
                 reason = self._membership_change()
                 if reason is None:

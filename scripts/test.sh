@@ -13,7 +13,8 @@ echo "test: integration suites on $("$ELASTICJOB_ETCD" --version | head -1)" >&2
 log="$(mktemp -t elasticjob-e2e.XXXXXX.log)"
 SECONDS=0
 # tests/e2e/kubeflow is the benchmark peer's tooling: `make test-peer` (its cold build is long).
-"$py" -m pytest -q -ra "$@" tests/e2e --ignore=tests/e2e/kubeflow >"$log" 2>&1 &
+# --durations: the slowest e2e tests, so a run that nears CI's limit shows where the time went.
+"$py" -m pytest -q -ra --durations=15 "$@" tests/e2e --ignore=tests/e2e/kubeflow >"$log" 2>&1 &
 e2e=$!
 trap 'kill "$e2e" 2>/dev/null' INT TERM
 "$py" -m pytest -q -ra "$@" tests/unit tests/integration

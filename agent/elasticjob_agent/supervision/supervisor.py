@@ -63,6 +63,9 @@ logger = logging.getLogger(__name__)
 
 _MASTER_KEY = "elasticjob/master"
 _EXIT_KEY = "elasticjob/exit/{}"
+# Written by every node that enters the exit barrier (the last one's rank stays): one read tells
+# whether any node of the round finished, however many nodes the round has.
+_FINISHED_KEY = "elasticjob/finished"
 _EXIT_BARRIER_TIMEOUT = 300.0
 _MEMBERSHIP_CHECK_EVERY = 0.2
 _PEER_COUNT_GRACE = 3.0
@@ -427,7 +430,7 @@ class Supervisor:
                 reason = self._membership_change()
                 if reason is None:
                     continue
-                finished = self._finished_peer(store, group_world)
+                finished = self._finished_peer(store)
                 if finished is None:
                     return reason
                 # Re-forming now would leave the finished node (in its exit barrier, never
@@ -436,19 +439,18 @@ class Supervisor:
                 self._events.info("group_finishing", finished_rank=finished, ignored=reason.value)
                 finishing = True
 
-    def _finished_peer(self, store: Any, group_world: int) -> int | None:
-        """The group rank of a node of this round whose workers all exited 0 (it wrote its exit
-        key, see ``_succeeded``), or ``None``. Once one has, the training is done: a member
-        that vanishes now (its lease lapsed while its workers were exiting, say) must not
-        restart the group."""
-        for rank in range(group_world):
-            try:
-                if store.check([_EXIT_KEY.format(rank)]):
-                    return rank
-            except Exception as exc:  # unknown: re-form, as without this check
-                logger.debug("could not read the exit barrier: %s", exc)
+    def _finished_peer(self, store: Any) -> int | None:
+        """The group rank of a node of this round whose workers all exited 0 (it entered the
+        exit barrier, see ``_succeeded``), or ``None``. Once one has, the training is done: a
+        member that vanishes now (its lease lapsed while its workers were exiting, say) must
+        not restart the group."""
+        try:
+            if not store.check([_FINISHED_KEY]):
                 return None
-        return None
+            return int(store.get(_FINISHED_KEY))
+        except Exception as exc:  # unknown: re-form, as without this check
+            logger.debug("could not read the exit barrier: %s", exc)
+            return None
 
     def _hang_timeout(self) -> float | None:
         """The progress timeout in force: the fixed one, or the one learned from the steps."""
@@ -765,6 +767,7 @@ class Supervisor:
         # Exit barrier (like torchrun's): stay a live member until every node is done, so
         # nobody mistakes our exit for a lost member and restarts a finished job.
         try:
+            store.set(_FINISHED_KEY, str(group_rank).encode())
             store.set(_EXIT_KEY.format(group_rank), b"1")
             deadline = time.monotonic() + _EXIT_BARRIER_TIMEOUT
             keys = [_EXIT_KEY.format(r) for r in range(group_world)]

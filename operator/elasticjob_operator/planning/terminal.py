@@ -31,10 +31,11 @@ def peers_still_exiting(
     reason: str, status: JobStatus, workers: Mapping[int, PodView], now: float
 ) -> bool:
     """Whether a ``MaxRestartsExceeded`` verdict should wait: one agent exited on the spent budget
-    and others still run. Each leaves its root cause in its termination message, and the one
-    whose rank raised may reach the API after a peer that only lost its connection; the verdict
-    quotes the root cause, so it waits (at most ``ROOT_CAUSE_WAIT_SECONDS``) for all of them.
-    So does a ``FailurePolicy`` verdict whose decision (the agent that made it leaves it in its
+    and others still run, or none has exited yet though the counts say the budget is spent.
+    Each leaves its root cause in its termination message, and the one whose rank raised may
+    reach the API after a peer that only lost its connection; the verdict quotes the root cause,
+    so it waits (at most ``ROOT_CAUSE_WAIT_SECONDS``) for all of them. So does a
+    ``FailurePolicy`` verdict whose decision (the agent that made it leaves it in its
     termination message) is not known yet: a peer that found the rendezvous closed may exit
     first."""
     if reason == ExitCode.FAILURE_POLICY.reason:
@@ -45,7 +46,15 @@ def peers_still_exiting(
         return False
     exited = [p.finished_at for p in workers.values() if p.terminal and p.finished_at is not None]
     running = [p for p in workers.values() if p.phase is PodPhase.RUNNING and not p.deleting]
-    return bool(exited and running) and now - min(exited) < ROOT_CAUSE_WAIT_SECONDS
+    if not running:
+        return False
+    if any(p.terminal for p in workers.values()):
+        return bool(exited) and now - min(exited) < ROOT_CAUSE_WAIT_SECONDS
+    # The counts (an agent's report) told of the spent budget before any agent exited: a verdict
+    # now would delete the running pods (``cleanPodPolicy: Running``) and, with them, the
+    # termination message each agent is about to write. Wait from the failure that spent it.
+    last = root_cause.parse_stored(status.last_failure)
+    return last is not None and now - last.time < ROOT_CAUSE_WAIT_SECONDS
 
 
 def terminal_failure(

@@ -196,6 +196,22 @@ def test_a_spent_budget_waits_for_every_agent_to_exit_before_quoting_the_root_ca
     assert "last root cause: rank 3 on demo-worker-1-0" in done.status.message
 
 
+def test_a_budget_spent_before_any_agent_exited_waits_for_their_termination_messages() -> None:
+    """The counts told of the spent budget before any agent exited (a report was polled first).
+    A verdict now would delete the running pods (cleanPodPolicy Running) and the termination
+    messages the agents are about to write with them; it waits, at most ROOT_CAUSE_WAIT_SECONDS
+    from the failure that spent the budget."""
+    cluster = Cluster()
+    status = _started(cluster).evolve(
+        restarts={"failure": 4}, last_failure=replace(RAISED, pod="demo-worker-1-0").to_json()
+    )
+    waiting = step(cluster, status, job_spec(), T0 + 6, etcd_reachable=True)
+    assert waiting.status.phase is not Phase.FAILED
+    assert not any(type(a).__name__ == "DeletePod" for a in waiting.actions), waiting.actions
+    late = RAISED.time + planning.terminal.ROOT_CAUSE_WAIT_SECONDS
+    assert step(cluster, status, job_spec(), late, etcd_reachable=True).status.phase is Phase.FAILED
+
+
 def test_a_spent_budget_does_not_wait_past_the_deadline_for_a_pod_that_keeps_running() -> None:
     cluster = Cluster()
     status = _started(cluster)

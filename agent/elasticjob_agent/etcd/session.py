@@ -61,11 +61,9 @@ class LeaseKeeper:
         if self._id is None:
             lease = await self._client.grant(self.ttl)
             log.debug("granted lease %x (ttl=%ds)", lease, self.ttl)
-            if self._id is None:
+            if self._id is None:  # else another task granted one meanwhile: keep that
                 self._id = lease
                 self._restart()
-            else:  # another task granted one meanwhile: keep that, drop ours
-                self._client.end_keepalive(lease)
         if self._task is None or self._task.done():
             self._restart()
         return self._id

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 
 import pytest
 from elasticjob_agent.etcd.client import EtcdClient
@@ -16,17 +15,10 @@ from elasticjob_agent.etcd.messages import op_put
 from elasticjob_agent.etcd.session import LeaseKeeper
 
 from tests.integration.conftest import EtcdServer
+from tests.integration.etcd.test_client_slow_etcd import WAIT_LIMIT, wait_until
 
 # The agent's request deadline: longer than a third of the TTLs used here.
 REQUEST_TIMEOUT = 5.0
-WAIT_LIMIT = 30.0
-
-
-async def wait_until(condition: Callable[[], bool], what: str) -> None:
-    stop_at = time.monotonic() + WAIT_LIMIT
-    while not condition():
-        assert time.monotonic() < stop_at, f"not within {WAIT_LIMIT}s: {what}"
-        await asyncio.sleep(0.02)
 
 
 async def _put_on(client: EtcdClient, key: bytes, lease: int) -> None:

@@ -72,20 +72,23 @@ def calm(
     expects_etcd: bool,
     reports: Mapping[str, HealthReport],
     refused: int = 0,
+    no_verdict: int = 0,
     running_workers: int,
     run_id: str,
 ) -> bool:
     """Whether this step's observation is calm: the job runs unstalled, its etcd answered (when
     the job has one to probe), and every running worker's agent reports a formed group that
-    reaches etcd, or sent a report that was refused (``refused`` of them): a hostile or broken
-    pod does not break the calm, since polling it more often would change nothing but the
-    operator's cost."""
+    reaches etcd, sent a report that was refused (``refused`` of them: a hostile or broken pod
+    does not break the calm, since polling it more often would change nothing but the
+    operator's cost), or was asked while the operator itself was starved (``no_verdict`` of
+    them: the operator's lateness says nothing of the pod, and watching the job closely would
+    only make the operator later)."""
     if not running or stalled:
         return False
     if expects_etcd and etcd_reachable is not True:
         return False
     current = [r for r in reports.values() if r.run_id == run_id]
-    if len(current) + refused < running_workers:
+    if len(current) + refused + no_verdict < running_workers:
         return False
     return all(r.state is AgentState.RUNNING and r.etcd.reachable for r in current)
 

@@ -37,7 +37,7 @@ STALLS = Counter("elasticjob_job_stalls_total", "Stalls detected, by reason", [*
 STALLED = Gauge("elasticjob_job_stalled", "1 while the job is stalled for reason", [*JOB, "reason"])
 STEADY_CHECKS = Counter(
     "elasticjob_steady_checks_total",
-    "Steady jobs' etcd-only checks between reconcile steps, by result (ok, restless)",
+    "Steady jobs' etcd-only checks between reconcile steps, by result (ok, restless, no_verdict)",
     ["result"],
 )
 RECONCILES = Counter("elasticjob_reconcile_total", "Reconcile steps by result", ["result"])

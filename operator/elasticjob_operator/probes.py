@@ -69,9 +69,49 @@ class ProbeGate:
 _UNBOUNDED = ProbeGate(0)
 
 
-def _starved(deadline: float, within: float) -> bool:
-    """Whether a timeout due at ``deadline`` (loop time) fired late enough to blame the loop."""
-    return asyncio.get_running_loop().time() - deadline > STARVED * within
+class PatientTimeout:
+    """``asyncio.timeout(within)`` that does not blame a pod for the operator's own lateness.
+
+    When the timer fires late (by more than ``STARVED`` of ``within``), the operator's event
+    loop was starved: the answer may well be waiting, unread, in the socket. Cutting the request
+    then would throw the answer away and, with it, the connection (a new TCP connection, or TLS
+    handshake, at the next probe: more work for an operator that is already late). So the first
+    late expiry grants ``within`` more; a second late one leaves ``starved`` set (no verdict), an
+    expiry on time means the pod had its time and did not answer.
+    """
+
+    def __init__(self, within: float) -> None:
+        self.within = within
+        self.starved = False
+        """The timeout fired, late both times: say nothing of the pod."""
+        self._timeout = asyncio.timeout(None)
+        self._extended = False
+        self._deadline = 0.0
+        self._handle: asyncio.TimerHandle | None = None
+
+    async def __aenter__(self) -> PatientTimeout:
+        await self._timeout.__aenter__()
+        self._arm(asyncio.get_running_loop().time() + self.within)
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+        await self._timeout.__aexit__(*exc)  # raises TimeoutError once it expired
+
+    def _arm(self, deadline: float) -> None:
+        self._deadline = deadline
+        self._handle = asyncio.get_running_loop().call_at(deadline, self._expire)
+
+    def _expire(self) -> None:
+        now = asyncio.get_running_loop().time()
+        late = now - self._deadline > STARVED * self.within
+        if late and not self._extended:
+            self._extended = True
+            self._arm(now + self.within)
+            return
+        self.starved = late
+        self._timeout.reschedule(now)
 
 
 def new_session() -> aiohttp.ClientSession:
@@ -98,6 +138,16 @@ class Reports:
     """Reports by pod name."""
     invalid: dict[str, str] = field(default_factory=dict)
     """Why a pod's answer was refused, by pod name (pods that did not answer are in neither)."""
+    no_verdict: frozenset[str] = frozenset()
+    """Pods whose probe timed out while the operator itself was starved of CPU (``STARVED``):
+    they may well have answered in time, so this says nothing about them either way."""
+
+
+class NoVerdict:
+    """A probe that timed out only because the operator's own event loop was late."""
+
+
+NO_VERDICT = NoVerdict()
 
 
 async def read_capped(response: aiohttp.ClientResponse, limit: int) -> bytes:
@@ -122,35 +172,36 @@ async def fetch_report(
     within: float = 1.0,
     port: int = DEFAULT_HEALTH_PORT,
     gate: ProbeGate = _UNBOUNDED,
-) -> HealthReport | str | None:
-    """The agent's ``/status`` on ``ip``: the report, why it was refused (a ``str``), or ``None``
-    when the agent did not answer (not listening yet, no 200, timed out before its headers, or
-    timed out while the operator itself was starved of CPU)."""
+) -> HealthReport | str | NoVerdict | None:
+    """The agent's ``/status`` on ``ip``: the report, why it was refused (a ``str``), ``None``
+    when the agent did not answer (not listening yet, no 200, timed out before its headers), or
+    ``NO_VERDICT`` when the timeout fired while the operator itself was starved of CPU."""
     async with gate.slot():
         return await _fetch_report(session, f"http://{ip}:{port}/status", within)
 
 
 async def _fetch_report(
     session: aiohttp.ClientSession, url: str, within: float
-) -> HealthReport | str | None:
+) -> HealthReport | str | NoVerdict | None:
     headers_seen = False
-    deadline = asyncio.get_running_loop().time() + within
+    patience = PatientTimeout(within)
     try:
-        async with asyncio.timeout(within):
-            async with session.get(url, allow_redirects=False) as response:
-                headers_seen = True
-                if response.status != 200:
-                    return None
-                try:
-                    body = await read_capped(response, MAX_REPORT_BYTES)
-                except HealthReportError:
-                    response.close()  # drop the connection rather than drain a hostile body
-                    raise
-                return HealthReport.loads(body)
+        async with patience, session.get(url, allow_redirects=False) as response:
+            headers_seen = True
+            if response.status != 200:
+                return None
+            try:
+                body = await read_capped(response, MAX_REPORT_BYTES)
+            except HealthReportError:
+                response.close()  # drop the connection rather than drain a hostile body
+                raise
+            return HealthReport.loads(body)
     except HealthReportError as exc:
         return str(exc)
     except TimeoutError:
-        if not headers_seen or _starved(deadline, within):
+        if patience.starved:
+            return NO_VERDICT
+        if not headers_seen:
             return None
         return f"health report not complete within {within:g} s"
     except (aiohttp.ClientResponseError, aiohttp.ClientPayloadError) as exc:
@@ -173,13 +224,17 @@ async def fetch_reports(
     results = await asyncio.gather(
         *(fetch_report(session, pods[n], within, port, gate) for n in names)
     )
-    out = Reports()
+    valid: dict[str, HealthReport] = {}
+    invalid: dict[str, str] = {}
+    starved: set[str] = set()
     for name, result in zip(names, results, strict=True):
         if isinstance(result, HealthReport):
-            out.valid[name] = result
+            valid[name] = result
         elif isinstance(result, str):
-            out.invalid[name] = result
-    return out
+            invalid[name] = result
+        elif isinstance(result, NoVerdict):
+            starved.add(name)
+    return Reports(valid, invalid, frozenset(starved))
 
 
 def _url(endpoint: str, tls: EtcdTls | None, path: str) -> str:
@@ -232,28 +287,30 @@ async def probe_etcd(
     starved = False
     for endpoint in endpoints:
         async with gate.slot():
-            deadline = asyncio.get_running_loop().time() + within
-            try:
-                if await _probe_one(session, endpoint, within, tls):
-                    return True
-            except TimeoutError:
-                starved = starved or _starved(deadline, within)
+            healthy = await _probe_one(session, endpoint, within, tls)
+        if healthy:
+            return True
+        starved = starved or healthy is None
     return None if starved else False
 
 
 async def _probe_one(
     session: aiohttp.ClientSession, endpoint: str, within: float, tls: EtcdTls | None
-) -> bool:
-    """One endpoint's ``/health``; raises ``TimeoutError`` when it did not answer in time."""
+) -> bool | None:
+    """One endpoint's ``/health``: healthy or not (no answer in time is not), ``None`` when it
+    timed out while the operator was starved (``PatientTimeout``)."""
+    patience = PatientTimeout(within)
     try:
-        async with asyncio.timeout(within):
-            async with session.get(
+        async with (
+            patience,
+            session.get(
                 _url(endpoint, tls, "/health"), allow_redirects=False, **_tls_kwargs(tls)
-            ) as response:
-                body = json.loads(await read_capped(response, 4096))
-                return response.status == 200 and str(body.get("health")) == "true"
-    except TimeoutError:
-        raise  # an OSError too, but the caller judges it (starved or not)
+            ) as response,
+        ):
+            body = json.loads(await read_capped(response, 4096))
+            return response.status == 200 and str(body.get("health")) == "true"
+    except TimeoutError:  # an OSError too: judged here, before the clause below
+        return None if patience.starved else False
     except (aiohttp.ClientError, OSError, ValueError, AttributeError, HealthReportError):
         return False
 

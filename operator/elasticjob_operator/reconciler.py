@@ -181,13 +181,16 @@ class JobLoop:
             if done.reports is not None or done.endpoints != last.endpoints:
                 self._round = _finished(done)  # news for the plan: the full step reads it
                 return None
-            metrics.STEADY_CHECKS.labels("ok" if done.etcd is True else "restless").inc()
-            if done.etcd is not True:
+            result = {True: "ok", False: "restless", None: "no_verdict"}[done.etcd]
+            metrics.STEADY_CHECKS.labels(result).inc()
+            if done.etcd is False:
                 self._round = _finished(done)  # the full step reads the verdict
                 self._calm = cadence.Calm()  # and looks at everything, now
                 return None
-            self._absorb([done])
-        return StepResult(self._written, self._due(True, self._clock()).wait)
+            self._absorb([done])  # no verdict: asked again after one interval (``_due``)
+        due = self._due(True, self._clock())
+        # A probe already due (a verdict-less round read late) is made at the next step, now.
+        return StepResult(self._written, 0.0 if due.etcd or due.reports else due.wait)
 
     def _inputs_of(
         self,
@@ -296,6 +299,7 @@ class JobLoop:
         metrics.publish(job.namespace, job.name, new_status)
         idle = new_status.phase.finished or new_status.phase is Phase.SUSPENDED
         interval = self._settings.idle_interval if idle else self._settings.interval
+        running = {p.name for p in workers if p.ip and p.phase is PodPhase.RUNNING}
         is_calm = cadence.calm(
             running=new_status.phase is Phase.RUNNING,
             stalled=new_status.stall is not None,
@@ -303,7 +307,8 @@ class JobLoop:
             expects_etcd=bool(self._probed.endpoints),
             reports=observed.reports,
             refused=len(observed.invalid_reports),
-            running_workers=sum(1 for p in workers if p.ip and p.phase is PodPhase.RUNNING),
+            no_verdict=len(self._probed.reports.no_verdict & running),
+            running_workers=len(running),
             run_id=new_status.run_id,
         )
         self._calm = cadence.next_calm(self._calm, is_calm, changed, now)
@@ -387,15 +392,20 @@ class JobLoop:
         return stall if period == stall.progress_sample else replace(stall, progress_sample=period)
 
     def _due(self, steady: bool, now: float) -> cadence.Due:
+        probed = self._probed
+        settings = cadence.within_budget(
+            self._settings.cadence, self._jobs(), max(1, len(probed.targets))
+        )
+        last_etcd = probed.etcd_at
+        if last_etcd is not None and probed.etcd_retry:
+            last_etcd -= max(0.0, settings.etcd_interval - self._settings.interval)
         return cadence.due(
             steady_now=steady,
-            last_reports=self._probed.reports_at,
-            last_etcd=self._probed.etcd_at,
+            last_reports=probed.reports_at,
+            last_etcd=last_etcd,
             now=now,
             interval=self._settings.interval,
-            settings=cadence.within_budget(
-                self._settings.cadence, self._jobs(), max(1, len(self._probed.targets))
-            ),
+            settings=settings,
         )
 
     async def _observe(
@@ -520,8 +530,21 @@ class JobLoop:
                 probed = replace(
                     probed, targets=done.targets, reports=done.reports, reports_at=done.at
                 )
-            if done.probed_etcd:
-                probed = replace(probed, endpoints=done.endpoints, etcd=done.etcd, etcd_at=done.at)
+            if done.probed_etcd and done.etcd is None and done.endpoints == probed.endpoints:
+                # No verdict (the operator was starved, ``probes.STARVED``): the last one
+                # stands, and etcd is asked again after one interval rather than a steady
+                # period. Treating it as a failure made the job watchful for ``settle``
+                # seconds, thirty times the probes of a steady job, which starves the loop
+                # further: at 1000 jobs that feedback took the operator down.
+                probed = replace(probed, etcd_at=done.at, etcd_retry=True)
+            elif done.probed_etcd:
+                probed = replace(
+                    probed,
+                    endpoints=done.endpoints,
+                    etcd=done.etcd,
+                    etcd_at=done.at,
+                    etcd_retry=False,
+                )
             self._probed = probed
 
     async def _kueue_reason(self, spec: JobSpec, workers: tuple[PodView, ...]) -> str | None:
@@ -660,6 +683,8 @@ class _Probed:
     endpoints: list[str] = field(default_factory=list)
     etcd: bool | None = None
     etcd_at: float | None = None
+    etcd_retry: bool = False
+    """The probe at ``etcd_at`` gave no verdict: ask again after one interval."""
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import time
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -270,3 +271,59 @@ async def test_a_step_does_not_wait_for_a_slow_etcd_and_a_failed_answer_wakes_th
         assert agents.requests == 2
         after = JobStatus.from_json(api.body["status"])
     assert after.phase is Phase.RUNNING, after
+
+
+async def test_a_steady_etcd_check_with_no_verdict_keeps_the_job_steady_and_asks_again_soon(
+    world: tuple[list[OwnedPod], Served, Served, asyncio.Server],
+) -> None:
+    # A probe that timed out only because the operator's own loop was stopped says nothing of
+    # etcd. It used to make the job watchful (every agent polled every step for 20 s), which
+    # at 1000 jobs starved the loop further; now the job stays steady and etcd is asked again
+    # after one interval instead of its steady period.
+    pods, agents, etcd, _listener = world
+    now = [T0 + 10]
+    settings = LoopSettings(
+        probe_timeout=0.2,
+        probe_wait=0.1,
+        cadence=cadence.CadenceSettings(etcd_interval=10.0, report_interval=60.0, settle=20.0),
+    )
+    api = Api()
+    services = frozenset({names.workers_service_name(JOB.name)})
+    async with probes.new_session() as session:
+        loop = JobLoop(
+            cast(Kube, api), session, JOB, settings, clock=lambda: now[0], gate=probes.ProbeGate(4)
+        )
+
+        async def tick() -> float:
+            async with asyncio.timeout(30):
+                result = await loop.step(api.body, pods, frozenset(), services)
+            return result.next_interval
+
+        while True:  # watchful until 20 s of calm, then steady (the wait grows past 2 s)
+            wait = await tick()
+            now[0] += wait
+            if wait > settings.interval:
+                break
+            assert now[0] < T0 + 60, "the job never turned steady"
+        polled = agents.requests
+        assert etcd.requests >= 1
+
+        # etcd's answer is held; while its probe waits, the whole process stops for 1 s, and
+        # again in the extra time the late timeout grants.
+        etcd.held = asyncio.Event()
+        asked = etcd.asked
+        check = asyncio.ensure_future(tick())
+        await asyncio.sleep(0.05)
+        assert etcd.asked == asked + 1
+        asyncio.get_running_loop().call_later(1.1, time.sleep, 1.0)
+        time.sleep(1.0)  # noqa: ASYNC251 - a starved operator is the point
+        wait = await check
+        # Steps go on (the round ends during one of them, with no verdict) until etcd is
+        # asked again: after about one interval of the job's clock, not a steady period.
+        started = now[0]
+        while etcd.asked == asked + 1:
+            now[0] += min(wait, settings.interval)
+            assert now[0] - started <= 3 * settings.interval, "etcd was not asked again soon"
+            wait = await tick()
+        etcd.held.set()
+        assert agents.requests == polled, "a verdict-less probe made the job watchful"

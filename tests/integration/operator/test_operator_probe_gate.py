@@ -3,8 +3,9 @@ against real HTTP servers on loopback.
 
 The gate bounds how many probes are in flight across all jobs, and a probe's timeout starts
 only once it holds a slot: a probe queued behind others is not a pod that did not answer. A
-timeout that fires long after it was due means the operator's own loop was starved: the etcd
-probe then gives no verdict (``None``) instead of "unreachable".
+timeout that fires long after it was due means the operator's own loop was starved: the probe
+gets one more timeout's time (the answer may be waiting unread), and when that fires late too it
+gives no verdict (``None``, ``no_verdict``) instead of "unreachable" or "silent".
 """
 
 from __future__ import annotations
@@ -96,8 +97,17 @@ async def test_an_unbounded_gate_lets_every_probe_run_at_once(address: str) -> N
     assert server.most == 4
 
 
-async def test_an_etcd_probe_timed_out_by_a_starved_loop_gives_no_verdict(address: str) -> None:
-    server = Server(0.3, b'{"health": "true"}')
+def starve(times: int) -> None:
+    """Stop the whole process for 1 s (as a CPU-starved operator would), ``times`` times: now,
+    and again 0.1 s after each stop (inside the extra time a late timeout grants)."""
+    loop = asyncio.get_running_loop()
+    for i in range(1, times):
+        loop.call_at(loop.time() + i * 1.1, time.sleep, 1.0)
+    time.sleep(1.0)
+
+
+async def _etcd_verdict(address: str, delay: float, starved: int) -> bool | None:
+    server = Server(delay, b'{"health": "true"}')
     listening = await asyncio.start_server(server.handle, address, PORT)
     try:
         async with probes.new_session() as session:
@@ -105,13 +115,51 @@ async def test_an_etcd_probe_timed_out_by_a_starved_loop_gives_no_verdict(addres
                 probes.probe_etcd(session, [f"{address}:{PORT}"], within=0.2)
             )
             await asyncio.sleep(0.05)
-            # The whole process stops for 1 s (as a CPU-starved operator would): the probe's
-            # timeout fires about 0.8 s late, long after etcd answered.
-            time.sleep(1.0)  # noqa: ASYNC251 - blocking the loop is the point
-            verdict = await probe
+            starve(starved)
+            return await probe
     finally:
         listening.close()
-    assert verdict is None
+
+
+async def test_an_etcd_answer_delayed_by_a_starved_loop_still_counts(address: str) -> None:
+    # etcd answered 0.3 s in; the probe's 0.2 s timeout fired 0.8 s late, with the answer
+    # unread: it gets one more timeout's time instead of being cut.
+    assert await _etcd_verdict(address, 0.3, starved=1) is True
+
+
+async def test_an_etcd_probe_starved_twice_gives_no_verdict(address: str) -> None:
+    assert await _etcd_verdict(address, 5.0, starved=2) is None
+
+
+async def test_an_etcd_silent_through_the_extra_time_is_unreachable(address: str) -> None:
+    # Starved once, then given its timeout on time: it had its chance.
+    assert await _etcd_verdict(address, 5.0, starved=1) is False
+
+
+async def _reports(address: str, delay: float, starved: int) -> probes.Reports:
+    server = Server(delay, REPORT.encode())
+    listening = await asyncio.start_server(server.handle, address, PORT)
+    try:
+        async with probes.new_session() as session:
+            fetch = asyncio.ensure_future(
+                probes.fetch_reports(session, {"a": address}, within=0.2, port=PORT)
+            )
+            await asyncio.sleep(0.05)
+            starve(starved)
+            return await fetch
+    finally:
+        listening.close()
+
+
+async def test_a_report_delayed_by_a_starved_loop_still_counts(address: str) -> None:
+    reports = await _reports(address, 0.3, starved=1)
+    assert list(reports.valid) == ["a"] and not reports.no_verdict
+
+
+async def test_a_report_starved_twice_gives_no_verdict(address: str) -> None:
+    # Neither a report, nor refused, nor silent: nothing is known of the pod.
+    reports = await _reports(address, 5.0, starved=2)
+    assert (reports.valid, reports.invalid, reports.no_verdict) == ({}, {}, frozenset({"a"}))
 
 
 async def test_an_etcd_that_refuses_is_unreachable(address: str) -> None:

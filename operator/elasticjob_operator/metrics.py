@@ -47,7 +47,19 @@ RECONCILE_SECONDS = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
 )
 
+GC_PAUSES = Histogram(
+    "elasticjob_gc_pause_seconds",
+    "Pauses of the garbage collector (the event loop stands still meanwhile), by generation",
+    ["generation"],
+    buckets=(0.001, 0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.5),
+)
+
 STALL_REASONS = tuple(reason.value for reason in StallReason)
+
+
+def observe_gc(generation: int, seconds: float) -> None:
+    GC_PAUSES.labels(str(generation)).observe(seconds)
+
 
 _known_reasons: dict[tuple[str, str], set[str]] = {}
 

@@ -21,11 +21,7 @@ from collections.abc import Collection, Sequence
 import kopf
 from aiohttp import web
 
-from . import (
-    collector,
-    handlers,  # noqa: F401 - importing registers the handlers with kopf
-    metrics,
-)
+from . import handlers  # noqa: F401 - importing registers the handlers with kopf
 from .election import Elector, LeaseKeeper
 from .kube import Kube
 from .settings import OperatorSettings, SettingsError
@@ -77,7 +73,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"http://0.0.0.0:{settings.health_port}/healthz" if settings.health_port else None
     )
 
-    collector.tune(metrics.observe_gc)
     return asyncio.run(_serve(settings, namespaces, liveness))
 
 

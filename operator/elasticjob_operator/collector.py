@@ -32,13 +32,18 @@ Observe = Callable[[int, float], None]
 """Told each collection's generation and pause (seconds)."""
 
 
+_observers: dict[Observe, Callable[[str, Mapping[str, Any]], None]] = {}
+
+
 def tune(observe: Observe | None = None) -> None:
-    """Set the thresholds, freeze what exists now, and report each collection to ``observe``."""
+    """Set the thresholds, freeze what exists now, and report each collection to ``observe``
+    (once, however often this is called with it)."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(YOUNG_THRESHOLD, MIDDLE_THRESHOLD, OLD_THRESHOLD)
-    if observe is not None:
-        gc.callbacks.append(_timer(observe))
+    if observe is not None and observe not in _observers:
+        _observers[observe] = _timer(observe)
+        gc.callbacks.append(_observers[observe])
 
 
 def _timer(observe: Observe) -> Callable[[str, Mapping[str, Any]], None]:

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import kopf
 
-from . import metrics, names, probes
+from . import collector, metrics, names, probes
 from .conditions import ConditionType, set_condition
 from .kube import Kube, KubeError, PermanentKubeError
 from .names import JobRef
@@ -62,6 +62,7 @@ async def startup(*, settings: kopf.OperatorSettings, memo: Any, **_: Any) -> No
     memo.session = probes.new_session()
     memo.gate = probes.ProbeGate(ours.probe_concurrency)
     metrics.serve(ours.metrics_port)
+    collector.tune(metrics.observe_gc)  # here, so that `kopf run` gets it too
     log.info("elasticjob-operator started: %s", ours)
 
 

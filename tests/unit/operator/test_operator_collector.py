@@ -31,8 +31,14 @@ def test_tune_sets_the_thresholds_and_freezes_what_exists(restored: None) -> Non
 
 def test_every_collection_is_observed_with_its_generation_and_pause(restored: None) -> None:
     seen: list[tuple[int, float]] = []
-    collector.tune(lambda generation, seconds: seen.append((generation, seconds)))
+
+    def observe(generation: int, seconds: float) -> None:
+        seen.append((generation, seconds))
+
+    collector.tune(observe)
+    collector.tune(observe)  # the operator's start-up may run again in one process
+    seen.clear()
     gc.collect(1)
     gc.collect(2)
-    assert [g for g, _ in seen][-2:] == [1, 2]
+    assert [g for g, _ in seen] == [1, 2]
     assert all(0 <= s < 10 for _, s in seen)

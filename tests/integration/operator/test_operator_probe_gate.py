@@ -13,7 +13,8 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 import aiohttp
 import pytest
@@ -27,6 +28,7 @@ REPORT = HealthReport(
     etcd=EtcdStatus(reachable=True, last_contact=1.0, unreachable_since=None),
 ).dumps()
 PORT = 29_556
+T = TypeVar("T")
 
 
 class Server:
@@ -106,19 +108,31 @@ def starve(times: int) -> None:
     time.sleep(1.0)
 
 
-async def _etcd_verdict(address: str, delay: float, starved: int) -> bool | None:
-    server = Server(delay, b'{"health": "true"}')
+async def _starved_probe(
+    address: str, body: bytes, delay: float, starved: int, probe: Callable[[Any], Awaitable[T]]
+) -> T:
+    """``probe(session)`` against a server that answers ``body`` after ``delay`` s, while the
+    process is stopped ``starved`` times (``starve``)."""
+    server = Server(delay, body)
     listening = await asyncio.start_server(server.handle, address, PORT)
     try:
         async with probes.new_session() as session:
-            probe = asyncio.ensure_future(
-                probes.probe_etcd(session, [f"{address}:{PORT}"], within=0.2)
-            )
+            running = asyncio.ensure_future(probe(session))
             await asyncio.sleep(0.05)
             starve(starved)
-            return await probe
+            return await running
     finally:
         listening.close()
+
+
+async def _etcd_verdict(address: str, delay: float, starved: int) -> bool | None:
+    return await _starved_probe(
+        address,
+        b'{"health": "true"}',
+        delay,
+        starved,
+        lambda session: probes.probe_etcd(session, [f"{address}:{PORT}"], within=0.2),
+    )
 
 
 async def test_an_etcd_answer_delayed_by_a_starved_loop_still_counts(address: str) -> None:
@@ -137,18 +151,13 @@ async def test_an_etcd_silent_through_the_extra_time_is_unreachable(address: str
 
 
 async def _reports(address: str, delay: float, starved: int) -> probes.Reports:
-    server = Server(delay, REPORT.encode())
-    listening = await asyncio.start_server(server.handle, address, PORT)
-    try:
-        async with probes.new_session() as session:
-            fetch = asyncio.ensure_future(
-                probes.fetch_reports(session, {"a": address}, within=0.2, port=PORT)
-            )
-            await asyncio.sleep(0.05)
-            starve(starved)
-            return await fetch
-    finally:
-        listening.close()
+    return await _starved_probe(
+        address,
+        REPORT.encode(),
+        delay,
+        starved,
+        lambda session: probes.fetch_reports(session, {"a": address}, within=0.2, port=PORT),
+    )
 
 
 async def test_a_report_delayed_by_a_starved_loop_still_counts(address: str) -> None:

@@ -26,8 +26,9 @@ demo: cluster-up
 demo-standalone: setup
 	@scripts/demo.sh
 
-# Unit + integration beside e2e (scripts/test.sh): the e2e suite mostly waits on its cluster.
-test: setup builds
+# Every test (scripts/test.sh): unit + integration while the builds run, then the e2e suite in
+# two sessions side by side (each on a cluster of its own), beside whatever is left of the rest.
+test: setup
 	@scripts/test.sh
 
 # Everything the tests need, each step cached and skipped when done. Under `make -j3 builds`

@@ -1,28 +1,82 @@
 #!/usr/bin/env bash
-# Every test, in two pytest sessions side by side: the end-to-end suite (mostly waiting on its
-# local cluster) and the unit and etcd integration suites (their own etcd servers). Together
-# they take about as long as the e2e suite alone. Each prints its summary and duration; the run
-# fails if either fails. Extra arguments go to both sessions (e.g. -x, -k).
+# Every test, from a fresh machine, in one command (the README's `make test`; .ci/run calls it).
+#
+#   1. What the unit and integration suites need: helm, kubectl and the etcd release (cached).
+#   2. The unit and etcd integration suites start at once. Beside them, the builds of the
+#      end-to-end suite (Kubernetes, images, Kueue; cached, seconds when done) run at a lower CPU
+#      priority, so that a cold machine builds while the fast suites test.
+#   3. Once built, the end-to-end suite runs as two pytest sessions side by side, each on a local
+#      cluster of its own (they mostly wait on their clusters): the real-node suites in one, the
+#      rest in the other. E2E_SPLIT in this file says which directories go to the first.
+#
+# Each session's log is printed at the end with its start and end time; the run fails if any
+# session (or the builds) failed. Extra arguments go to every session (e.g. -x, -k).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 py=.venv/bin/python
-# The integration suites run the etcd release the operator deploys (built once, cached).
+SECONDS=0
+logs="$(mktemp -d -t elasticjob-test.XXXXXX)"
+say() { echo "test: [$SECONDS s] $*" >&2; }
+
+# The first end-to-end session: the suites on real nodes (the heaviest); the second takes every
+# other directory of tests/e2e. tests/e2e/kubeflow is the benchmark peer's tooling (`make
+# test-peer`: its cold build is long), in neither.
+E2E_SPLIT=(tests/e2e/realnodes tests/e2e/images tests/e2e/chart)
+E2E_SKIP=(tests/e2e/kubeflow)
+
+pids=()
+trap 'kill "${pids[@]}" 2>/dev/null; exit 130' INT TERM
+
+# session NAME ARGS...: a pytest session in the background, its log in $logs/NAME.log and
+# "exit start end" in $logs/NAME.status.
+session() {
+  local name=$1
+  shift
+  (
+    local began=$SECONDS
+    "$py" -m pytest -q -ra "$@" >"$logs/$name.log" 2>&1
+    echo "$? $began $SECONDS" >"$logs/$name.status"
+  ) &
+  pids+=($!)
+  say "$name started (log $logs/$name.log)"
+}
+
+# What the unit and integration suites need: helm and kubectl (the chart tests), and the etcd
+# release the integration suites run (built once with Go, cached).
+localcluster/build.sh --tools-only || exit 1
 ELASTICJOB_ETCD="$(localcluster/images/build.sh --etcd-release)" || exit 1
 export ELASTICJOB_ETCD
-echo "test: integration suites on $("$ELASTICJOB_ETCD" --version | head -1)" >&2
-log="$(mktemp -t elasticjob-e2e.XXXXXX.log)"
-SECONDS=0
-# tests/e2e/kubeflow is the benchmark peer's tooling: `make test-peer` (its cold build is long).
-# --durations: the slowest e2e tests, so a run that nears CI's limit shows where the time went.
-"$py" -m pytest -q -ra --durations=15 "$@" tests/e2e --ignore=tests/e2e/kubeflow >"$log" 2>&1 &
-e2e=$!
-trap 'kill "$e2e" 2>/dev/null' INT TERM
-"$py" -m pytest -q -ra "$@" tests/unit tests/integration
-fast=$?
-echo "test: unit + integration finished in $SECONDS s (exit $fast); waiting for e2e" >&2
-wait "$e2e"
-slow=$?
-echo "===== tests/e2e (exit $slow, log $log) =====" >&2
-cat "$log"
-echo "test: all suites finished in $SECONDS s (unit+integration exit $fast, e2e exit $slow)" >&2
-((fast == 0 && slow == 0))
+say "integration suites on $("$ELASTICJOB_ETCD" --version | head -1)"
+session unit+integration "$@" tests/unit tests/integration
+
+# make's own lock on apt and the content caches keep these builds from colliding with anything.
+nice -n 10 make -j3 --output-sync=line builds >"$logs/builds.log" 2>&1
+built=$?
+say "builds finished (exit $built)"
+grep -E "took|reused|built|cached" "$logs/builds.log" | tail -40 >&2
+
+if ((built == 0)); then
+  ignores=()
+  for dir in "${E2E_SPLIT[@]}" "${E2E_SKIP[@]}"; do ignores+=(--ignore="$dir"); done
+  # --durations: the slowest tests, so a run that nears CI's limit shows where the time went.
+  session e2e-realnodes --durations=15 "$@" "${E2E_SPLIT[@]}"
+  session e2e-rest --durations=15 "$@" tests/e2e "${ignores[@]}"
+else
+  cat "$logs/builds.log"
+fi
+
+wait
+failed=$((built != 0))
+for name in unit+integration e2e-realnodes e2e-rest; do
+  [[ -f $logs/$name.log ]] || continue
+  read -r code began ended <"$logs/$name.status" || code=1
+  echo "===== $name (exit $code, from $began s to $ended s) =====" >&2
+  cat "$logs/$name.log"
+  ((code == 0)) || failed=1
+done
+for name in unit+integration e2e-realnodes e2e-rest; do
+  [[ -f $logs/$name.status ]] && read -r code began ended <"$logs/$name.status" &&
+    say "$name: exit $code, from $began s to $ended s"
+done
+say "all suites finished (failed: $failed)"
+((failed == 0))

@@ -46,10 +46,11 @@ def _restricted_namespace(cluster: LocalCluster, name: str) -> None:
     cluster.kubectl("label", "namespace", name, RESTRICTED)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def release(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Release]:
     """The operator installed by ``helm install --wait`` (default values but the watched
-    namespace) in a ``restricted`` namespace; uninstalled after."""
+    namespace) in a ``restricted`` namespace, once per session for every module that needs the
+    chart as it is (each test's jobs are deleted by ``work``); uninstalled at the end."""
     if len(cluster.real_nodes) < 2:
         pytest.fail(
             f"these tests need 2 real nodes; cluster {cluster.config.name!r} has "

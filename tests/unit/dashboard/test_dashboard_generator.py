@@ -91,6 +91,16 @@ def test_every_series_a_query_reads_is_exported_by_our_code() -> None:
     assert all(q.series for q in queries()), "a query reads no series"
 
 
+def test_every_variable_reads_an_exported_series() -> None:
+    exported = _operator_series() | _agent_series()
+    variables = [v for v in load()["templating"]["list"] if v["type"] == "query"]
+    assert variables
+    for variable in variables:
+        match = re.fullmatch(r"label_values\((\w+)(\{[^}]*\})?, (\w+)\)", variable["query"])
+        assert match, variable["query"]
+        assert match[1] in exported, variable["query"]
+
+
 def test_every_per_job_series_follows_the_namespace_and_job_variables() -> None:
     # Operator series labelled by job, and every agent series (the PodMonitor adds the labels).
     per_job = {n for n, labels in _operator_series().items() if {"namespace", "job"} <= {*labels}}

@@ -18,6 +18,16 @@ DASHBOARD = REPO / "dashboards" / "elasticjob.json"
 _VARIABLE = re.compile(r"\$\{?(\w+)\}?")
 _METRIC = re.compile(r"\b(elasticjob_[a-z_]+)")
 _HISTOGRAM_SUFFIX = re.compile(r"_(bucket|count|sum)$")
+# PromQL, enough to find the series a query reads: strings, label matchers ({...}) and ranges
+# ([...]) hold no series name; `by (...)` and friends list label names; an identifier followed by
+# "(" is a function or aggregation; the rest are keywords or series names.
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
+_BRACES = re.compile(r"\{[^{}]*\}|\[[^\[\]]*\]")
+_LABEL_LIST = re.compile(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^()]*\)")
+_IDENTIFIER = re.compile(r"(?<![\w.])([a-zA-Z_:][\w:]*)(\s*\()?")
+_KEYWORDS = frozenset(
+    {"and", "or", "unless", "bool", "offset", "inf", "nan", "group_left", "group_right"}
+)
 
 
 @dataclass(frozen=True)
@@ -30,6 +40,17 @@ class Query:
     def metrics(self) -> frozenset[str]:
         """Metric names the query reads, with histogram suffixes dropped."""
         return frozenset(_HISTOGRAM_SUFFIX.sub("", n) for n in _METRIC.findall(self.expr))
+
+    @property
+    def series(self) -> frozenset[str]:
+        """Every series name the query selects, exactly as Prometheus stores it (a histogram's
+        ``_bucket``, a counter's ``_total``): what the scraped code must export."""
+        text = _STRING.sub('""', self.expr)
+        text = _BRACES.sub("", text)
+        text = _LABEL_LIST.sub("", text)
+        return frozenset(
+            m[1] for m in _IDENTIFIER.finditer(text) if not m[2] and m[1].lower() not in _KEYWORDS
+        )
 
     def expanded(self, rate_interval: str = "1m") -> str:
         """The query as Grafana sends it with every template variable set to "All"."""

@@ -145,6 +145,10 @@ def test_pod_monitor_selects_worker_pods_by_port_name() -> None:
     (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
     assert endpoint["port"] == "health" and endpoint["path"] == "/metrics"
     assert monitor["spec"]["namespaceSelector"] == {"any": True}
+    # The agents export only run_id: namespace and job (the dashboard's filters) come from the pod.
+    relabel = {r["targetLabel"]: r["sourceLabels"] for r in endpoint["relabelings"]}
+    assert relabel["namespace"] == ["__meta_kubernetes_namespace"]
+    assert relabel["job"] == ["__meta_kubernetes_pod_label_elasticjob_dev_job_name"]
     namespaced = one(render({**NAMESPACED, **MONITORED}), "PodMonitor")
     assert namespaced["spec"]["namespaceSelector"] == {"matchNames": ["team-a", "team-b"]}
 

@@ -23,12 +23,13 @@ from typing import Any
 from aiohttp import web
 from elasticjob_agent.ports import free_port
 
-from .config import K8S_VERSION, ClusterConfig, repo_root, venv_bin_dir
+from .config import ClusterConfig, repo_root, venv_bin_dir
 from .hostsfile import PodEntry, ServiceEntry, render_hosts
 from .kubeapi import MERGE, STRATEGIC, ApiError, KubeApi
 from .network import Subnet
 from .placement import VIRTUAL_NODE_LABEL, VIRTUAL_NODE_TAINT
 from .podworker import PodWorker, now_rfc3339
+from .versions import K8S_VERSION
 
 log = logging.getLogger(__name__)
 

@@ -43,11 +43,12 @@ from typing import Any
 import yaml
 from elasticjob_agent.ports import free_port
 
+from . import versions
 from .config import cache_dir, run_cached_build, tool_path
 from .handle import LocalCluster
 
-#: The release ``localcluster/kubeflow/build.sh`` builds (keep the two in step).
-KUBEFLOW_VERSION = "v1.8.1"
+#: The release ``localcluster/kubeflow/build.sh`` builds (the benchmarks name it here).
+KUBEFLOW_VERSION = versions.KUBEFLOW_VERSION
 #: The controller's namespace when ``MY_POD_NAMESPACE`` is unset (its certificate Secret is here).
 KUBEFLOW_NAMESPACE = "kubeflow"
 #: Names the controller's certificate rotator looks for (``pkg/cert/cert.go``).

@@ -35,9 +35,8 @@ import yaml
 from elasticjob_agent.ports import free_port
 
 from .config import cache_dir, run_cached_build, tool_path
+from .versions import KUEUE_VERSION
 
-#: The Kueue release ``localcluster/kueue/build.sh`` builds (keep the two in step).
-KUEUE_VERSION = "v0.17.1"
 #: Namespaces with this label (value ``"true"``) are managed by Kueue's plain-pod integration;
 #: the pod webhooks are registered for them only, so other namespaces never depend on Kueue.
 MANAGED_NAMESPACE_LABEL = "kueue.elasticjob.dev/managed"

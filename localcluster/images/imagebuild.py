@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import re
+import runpy
 import shutil
 import subprocess
 import sys
@@ -30,9 +31,21 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
-K8S_VERSION = "v1.33.13"
-ETCD_VERSION = "v3.5.17"
-COREDNS_VERSION = "v1.12.0"
+
+
+def _local_cluster_versions() -> dict[str, str]:
+    """The local cluster's versions and image refs (``elasticjob_localcluster/versions.py``, which
+    reads ``localcluster/versions.env``), run by path: importing its package would need the
+    project's dependencies, which the system Python this runs on lacks."""
+    module = REPO / "localcluster" / "elasticjob_localcluster" / "versions.py"
+    found = runpy.run_path(str(module))
+    return {name: value for name, value in found.items() if isinstance(value, str)}
+
+
+VERSIONS = _local_cluster_versions()
+K8S_VERSION = VERSIONS["K8S_VERSION"]
+ETCD_VERSION = VERSIONS["ETCD_VERSION"]
+COREDNS_VERSION = VERSIONS["COREDNS_VERSION"]
 # Bumped when a recipe changes in a way its hashed inputs do not show (e.g. this file's logic).
 RECIPE_EPOCH = "1"
 
@@ -628,14 +641,14 @@ def coredns_build(ctx: Context) -> None:
     _podman_build(ctx, COREDNS.ref, context, HERE / "coredns" / "Containerfile")
 
 
-PAUSE = Recipe("pause", "registry.k8s.io/pause:3.10", None, True, pause_inputs, pause_build)
+PAUSE = Recipe("pause", VERSIONS["PAUSE_IMAGE"], None, True, pause_inputs, pause_build)
 BASE = Recipe("base", BASE_REF, None, False, base_inputs, base_build)
 TORCH_BASE = Recipe(
     "torch-base", TORCH_BASE_REF, "base", False, torch_base_inputs, torch_base_build
 )
 OPERATOR = Recipe(
     "operator",
-    "ghcr.io/elasticjob/elasticjob-operator:0.1.0",
+    VERSIONS["OPERATOR_IMAGE"],
     "base",
     True,
     operator_inputs,
@@ -643,16 +656,16 @@ OPERATOR = Recipe(
 )
 TRAINING = Recipe(
     "training",
-    "ghcr.io/elasticjob/training-example:0.1.0",
+    VERSIONS["TRAINING_IMAGE"],
     "torch-base",
     True,
     training_inputs,
     training_build,
 )
-ETCD = Recipe("etcd", "quay.io/coreos/etcd:v3.5.17", None, True, etcd_inputs, etcd_build)
+ETCD = Recipe("etcd", VERSIONS["ETCD_IMAGE"], None, True, etcd_inputs, etcd_build)
 COREDNS = Recipe(
     "coredns",
-    "registry.k8s.io/coredns/coredns:v1.12.0",
+    VERSIONS["COREDNS_IMAGE"],
     None,
     True,
     coredns_inputs,

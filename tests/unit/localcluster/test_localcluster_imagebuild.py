@@ -1,4 +1,4 @@
-"""The image builder's cache and index (localcluster/images/imagebuild.py), without podman: a
+"""The image builder's cache and index (localcluster/images/imagebuild), without podman: a
 recipe whose build only records that it ran, and a Context whose podman answers are in memory.
 """
 

@@ -52,6 +52,7 @@ from elasticjob_localcluster import (  # noqa: E402
     start_cluster,
 )
 from elasticjob_localcluster.placement import on_virtual_nodes  # noqa: E402
+from elasticjob_localcluster.versions import ETCD_IMAGE  # noqa: E402
 
 NS = "bench"
 
@@ -600,7 +601,7 @@ def main() -> int:
                     "containers": [
                         {
                             "name": "etcd",
-                            "image": "quay.io/coreos/etcd:v3.5.17",
+                            "image": ETCD_IMAGE,
                             "command": [
                                 "etcd",
                                 f"--data-dir=/tmp/bench-etcd-{os.getpid()}",

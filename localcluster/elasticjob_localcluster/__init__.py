@@ -5,8 +5,9 @@
 ``stop_cluster`` stops it. See docs/local-cluster.md.
 """
 
-from .config import K8S_VERSION, ClusterConfig
+from .config import ClusterConfig
 from .handle import ClusterError, LocalCluster, connect, start_cluster, stop_cluster
+from .versions import K8S_VERSION
 
 __all__ = [
     "K8S_VERSION",

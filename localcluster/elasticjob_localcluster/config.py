@@ -8,11 +8,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-#: The Kubernetes release that ``localcluster/build.sh`` builds (keep the two in step).
-K8S_VERSION = "v1.33.13"
-
-#: The kube-router release that ``localcluster/build.sh`` builds (keep the two in step).
-KUBE_ROUTER_VERSION = "v2.1.0"
+from .versions import K8S_VERSION, KUBE_ROUTER_VERSION
 
 #: Real nodes per cluster: each costs about 150 MB and a copy of every image.
 MAX_REAL_NODES = 8

@@ -16,9 +16,10 @@ from pathlib import Path
 
 from elasticjob_agent.ports import free_port
 
-from .config import K8S_VERSION, k8s_bin_dir
+from .config import k8s_bin_dir
 from .kubeconfig import render_kubeconfig
 from .pki import Pki, issue_certificate, make_pki, node_identities
+from .versions import K8S_VERSION
 
 SERVICE_CIDR = "10.96.0.0/16"
 SERVICE_ISSUER = "https://kubernetes.default.svc.cluster.local"

@@ -23,16 +23,15 @@ from typing import Any
 from aiohttp import web
 from elasticjob_agent.ports import free_port
 
-from .config import K8S_VERSION, ClusterConfig, repo_root, venv_bin_dir
+from .config import ClusterConfig, repo_root, venv_bin_dir
 from .hostsfile import PodEntry, ServiceEntry, render_hosts
 from .kubeapi import MERGE, STRATEGIC, ApiError, KubeApi
 from .network import Subnet
-from .placement import VIRTUAL_NODE_LABEL, VIRTUAL_NODE_TAINT
 from .podworker import PodWorker, now_rfc3339
+from .virtualnode import node_lease, node_object, node_status
 
 log = logging.getLogger(__name__)
 
-LEASE_SECONDS = 40
 LEASE_RENEW = 5.0  # well inside the controller-manager's 20 s grace, even on a loaded machine
 NODE_STATUS_EVERY = 30.0
 
@@ -131,109 +130,15 @@ class NodeEmulator:
 
     # ---------------------------------------------------------------- nodes
 
-    def _node_status(self, node: str, ready: bool) -> dict[str, Any]:
-        c = self.config
-        capacity = {
-            "cpu": c.cpu_per_node,
-            "memory": c.memory_per_node,
-            "pods": str(c.pods_per_node),
-            "ephemeral-storage": "100Gi",
-            "nvidia.com/gpu": str(c.gpus_per_node),
-        }
-        now = now_rfc3339()
-
-        def condition(kind: str, ok: bool, reason: str, message: str) -> dict[str, Any]:
-            return {
-                "type": kind,
-                "status": "True" if ok else "False",
-                "reason": reason,
-                "message": message,
-                "lastHeartbeatTime": now,
-                "lastTransitionTime": now,
-            }
-
-        ready_condition = condition(
-            "Ready", True, "KubeletReady", "kubelet is posting ready status"
-        )
-        if not ready:
-            ready_condition.update(
-                status="Unknown",
-                reason="NodeStatusUnknown",
-                message="Kubelet stopped posting node status.",
-            )
-        return {
-            "capacity": capacity,
-            "allocatable": capacity,
-            "conditions": [
-                condition("MemoryPressure", False, "KubeletHasSufficientMemory", "ok"),
-                condition("DiskPressure", False, "KubeletHasNoDiskPressure", "ok"),
-                condition("PIDPressure", False, "KubeletHasSufficientPID", "ok"),
-                ready_condition,
-            ],
-            "addresses": [
-                {"type": "InternalIP", "address": self.host_ip},
-                {"type": "Hostname", "address": node},
-            ],
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": self.kubelet_port}},
-            "nodeInfo": {
-                "machineID": f"elasticjob-{node}",
-                "systemUUID": f"elasticjob-{node}",
-                "bootID": f"elasticjob-{node}",
-                "kernelVersion": "",
-                "osImage": "elasticjob local cluster node emulator",
-                "containerRuntimeVersion": "elasticjob-localcluster://0.1",
-                "kubeletVersion": K8S_VERSION,
-                "kubeProxyVersion": "",
-                "operatingSystem": "linux",
-                "architecture": "amd64",
-            },
-        }
-
     async def _register(self, node: str) -> None:
-        body = {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {
-                "name": node,
-                "labels": {
-                    "kubernetes.io/hostname": node,
-                    "kubernetes.io/os": "linux",
-                    "kubernetes.io/arch": "amd64",
-                    "node.kubernetes.io/instance-type": "elasticjob-virtual",
-                    VIRTUAL_NODE_LABEL: "true",
-                },
-            },
-            # Only pods written for the emulator (which ignores images) tolerate this.
-            "spec": {"taints": [dict(VIRTUAL_NODE_TAINT)]},
-        }
         try:
-            await self.api.request("POST", "/api/v1/nodes", body)
+            await self.api.request("POST", "/api/v1/nodes", node_object(node))
         except ApiError as err:
             if err.status != 409:
                 raise
         await self._post_node_status(node, ready=True)
         node_obj = await self.api.get(f"/api/v1/nodes/{node}")
-        lease = {
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "metadata": {
-                "name": node,
-                "namespace": "kube-node-lease",
-                "ownerReferences": [
-                    {
-                        "apiVersion": "v1",
-                        "kind": "Node",
-                        "name": node,
-                        "uid": node_obj["metadata"]["uid"],
-                    }
-                ],
-            },
-            "spec": {
-                "holderIdentity": node,
-                "leaseDurationSeconds": LEASE_SECONDS,
-                "renewTime": _micro_now(),
-            },
-        }
+        lease = node_lease(node, str(node_obj["metadata"]["uid"]), _micro_now())
         try:
             await self.api.request(
                 "POST", "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases", lease
@@ -246,7 +151,16 @@ class NodeEmulator:
         await self.api.request(
             "PATCH",
             f"/api/v1/nodes/{node}/status",
-            {"status": self._node_status(node, ready)},
+            {
+                "status": node_status(
+                    self.config,
+                    node,
+                    ready=ready,
+                    host_ip=self.host_ip,
+                    kubelet_port=self.kubelet_port,
+                    now=now_rfc3339(),
+                )
+            },
             content_type=STRATEGIC,
         )
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import functools
 import json
 import os
 import shutil
@@ -43,11 +44,13 @@ from typing import Any
 import yaml
 from elasticjob_agent.ports import free_port
 
+from . import versions
 from .config import cache_dir, run_cached_build, tool_path
 from .handle import LocalCluster
+from .openssl import openssl
 
-#: The release ``localcluster/kubeflow/build.sh`` builds (keep the two in step).
-KUBEFLOW_VERSION = "v1.8.1"
+#: The release ``localcluster/kubeflow/build.sh`` builds (the benchmarks name it here).
+KUBEFLOW_VERSION = versions.KUBEFLOW_VERSION
 #: The controller's namespace when ``MY_POD_NAMESPACE`` is unset (its certificate Secret is here).
 KUBEFLOW_NAMESPACE = "kubeflow"
 #: Names the controller's certificate rotator looks for (``pkg/cert/cert.go``).
@@ -151,10 +154,7 @@ def operator_argv(
 # -- certificates --------------------------------------------------------------------------------
 
 
-def _openssl(*args: str, cwd: Path) -> None:
-    done = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise TrainingOperatorError(f"openssl {' '.join(args[:2])} failed: {done.stderr.strip()}")
+_openssl = functools.partial(openssl, error=TrainingOperatorError)
 
 
 def make_certificates(directory: Path, *, ip: str) -> None:

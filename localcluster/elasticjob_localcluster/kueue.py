@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import copy
+import functools
 import json
 import os
 import shutil
@@ -35,9 +36,9 @@ import yaml
 from elasticjob_agent.ports import free_port
 
 from .config import cache_dir, run_cached_build, tool_path
+from .openssl import openssl
+from .versions import KUEUE_VERSION
 
-#: The Kueue release ``localcluster/kueue/build.sh`` builds (keep the two in step).
-KUEUE_VERSION = "v0.17.1"
 #: Namespaces with this label (value ``"true"``) are managed by Kueue's plain-pod integration;
 #: the pod webhooks are registered for them only, so other namespaces never depend on Kueue.
 MANAGED_NAMESPACE_LABEL = "kueue.elasticjob.dev/managed"
@@ -146,10 +147,7 @@ def webhook_configurations(
 # -- the process ---------------------------------------------------------------------------------
 
 
-def _openssl(*args: str, cwd: Path) -> None:
-    done = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise KueueError(f"openssl {' '.join(args[:2])} failed: {done.stderr.strip()}")
+_openssl = functools.partial(openssl, error=KueueError)
 
 
 def sign_serving_cert(directory: Path, *, ca_cert: Path, ca_key: Path, ip: str) -> None:

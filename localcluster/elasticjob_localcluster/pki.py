@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import secrets
-import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+
+from .openssl import openssl
 
 
 class PkiError(RuntimeError):
@@ -61,12 +62,7 @@ IDENTITIES: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
-def _openssl(*args: str, cwd: Path) -> None:
-    if shutil.which("openssl") is None:
-        raise PkiError("openssl not found: install it (apt-get install openssl)")
-    done = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise PkiError(f"openssl {' '.join(args[:2])} failed: {done.stderr.strip()}")
+_openssl = functools.partial(openssl, error=PkiError)
 
 
 #: The identity (token and kubeconfig name) of the real nodes' NetworkPolicy enforcer

@@ -6,11 +6,12 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from . import versions
 from .handle import ClusterError, LocalCluster
 from .placement import REAL_NODE_PLACEMENT, VIRTUAL_NODE_PLACEMENT, place
 
 #: The training example's image (Python, torch, the agent), as localcluster/images builds it.
-TRAINING_IMAGE = "ghcr.io/elasticjob/training-example:0.1.0"
+TRAINING_IMAGE = versions.TRAINING_IMAGE
 
 
 def python_pod(

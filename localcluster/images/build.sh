@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the container images of the local cluster (`make images`), cached by content: a second
-# run builds nothing. Installs the Debian tools it needs, then runs imagebuild.py (see
-# docs/packaging.md, "Images without a registry"). Arguments go to imagebuild.py, e.g.
+# run builds nothing. Installs the Debian tools it needs, then runs imagebuild (see
+# docs/packaging.md, "Images without a registry"). Arguments go to imagebuild, e.g.
 #   localcluster/images/build.sh pause etcd
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -26,4 +26,4 @@ if ((${#need_apt[@]})); then
   }
 fi
 command -v go >/dev/null || { echo "images: Go is needed (etcd, CoreDNS, the pause source)" >&2; exit 1; }
-exec python3 imagebuild.py "$@"
+exec python3 -m imagebuild "$@"

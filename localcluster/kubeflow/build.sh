@@ -8,7 +8,10 @@
 # Skipped when the binary is already there.
 set -euo pipefail
 
-KUBEFLOW_VERSION="${ELASTICJOB_KUBEFLOW_VERSION:-v1.8.1}"
+# The versions' one home (localcluster/versions.env); ELASTICJOB_KUBEFLOW_VERSION overrides.
+# shellcheck source=../versions.env
+source "$(dirname "$0")/../versions.env"
+KUBEFLOW_VERSION="${ELASTICJOB_KUBEFLOW_VERSION:-$KUBEFLOW_VERSION}"
 CACHE="${ELASTICJOB_CACHE:-$HOME/.cache/elasticjob}"
 DIR="$CACHE/kubeflow/$KUBEFLOW_VERSION"
 MODULE=github.com/kubeflow/training-operator

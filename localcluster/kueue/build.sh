@@ -3,11 +3,14 @@
 #   $ELASTICJOB_CACHE/kueue/<version>/bin/kueue   the controller manager (main package ./cmd/kueue)
 #   $ELASTICJOB_CACHE/kueue/<version>/crds/       its CRDs (config/components/crd/bases)
 #   $ELASTICJOB_CACHE/kueue/<version>/webhook/    its webhook manifests (config/components/webhook)
-# Built from the sigs.k8s.io/kueue Go module through the module proxy (v0.17.x is the last release
-# line tested on Kubernetes 1.33). Skipped when the binary is already there.
+# Built from the sigs.k8s.io/kueue Go module through the module proxy. Skipped when the binary is
+# already there.
 set -euo pipefail
 
-KUEUE_VERSION="${ELASTICJOB_KUEUE_VERSION:-v0.17.1}"
+# The versions' one home (localcluster/versions.env); ELASTICJOB_KUEUE_VERSION overrides.
+# shellcheck source=../versions.env
+source "$(dirname "$0")/../versions.env"
+KUEUE_VERSION="${ELASTICJOB_KUEUE_VERSION:-$KUEUE_VERSION}"
 CACHE="${ELASTICJOB_CACHE:-$HOME/.cache/elasticjob}"
 DIR="$CACHE/kueue/$KUEUE_VERSION"
 

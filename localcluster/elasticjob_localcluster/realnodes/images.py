@@ -25,9 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from ..config import cache_dir
+from ..versions import COREDNS_IMAGE, PAUSE_IMAGE
 from .render import containerd_config
 
-REQUIRED = ("registry.k8s.io/pause:3.10", "registry.k8s.io/coredns/coredns:v1.12.0")
+REQUIRED = (PAUSE_IMAGE, COREDNS_IMAGE)
 
 
 class ImageError(RuntimeError):

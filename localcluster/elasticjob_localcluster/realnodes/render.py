@@ -11,10 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from ..placement import REAL_NODE_LABEL
+from ..versions import COREDNS_IMAGE, PAUSE_IMAGE
 from .layout import CLUSTER_DNS_IP, CLUSTER_DOMAIN, NodeLayout
-
-PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
-COREDNS_IMAGE = "registry.k8s.io/coredns/coredns:v1.12.0"
 
 #: What the kubelet wants these sysctls to be; with ``protectKernelDefaults`` it refuses to start
 #: otherwise, without it rewrites them on the host. The node's mount namespace shows it these

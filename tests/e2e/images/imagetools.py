@@ -16,15 +16,22 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
+from elasticjob_localcluster.versions import (
+    COREDNS_IMAGE,
+    ETCD_IMAGE,
+    OPERATOR_IMAGE,
+    PAUSE_IMAGE,
+    TRAINING_IMAGE,
+)
 
 REPO = Path(__file__).resolve().parents[3]
 BUILD = REPO / "localcluster" / "images" / "build.sh"
 REFS = {
-    "pause": "registry.k8s.io/pause:3.10",
-    "coredns": "registry.k8s.io/coredns/coredns:v1.12.0",
-    "etcd": "quay.io/coreos/etcd:v3.5.17",
-    "operator": "ghcr.io/elasticjob/elasticjob-operator:0.1.0",
-    "training": "ghcr.io/elasticjob/training-example:0.1.0",
+    "pause": PAUSE_IMAGE,
+    "coredns": COREDNS_IMAGE,
+    "etcd": ETCD_IMAGE,
+    "operator": OPERATOR_IMAGE,
+    "training": TRAINING_IMAGE,
 }
 
 

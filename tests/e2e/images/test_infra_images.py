@@ -11,6 +11,7 @@ import struct
 from pathlib import Path
 
 import pytest
+from elasticjob_localcluster.versions import ETCD_VERSION
 
 from tests.e2e.images.imagetools import REFS, Podman, wait_until
 
@@ -55,7 +56,7 @@ def test_etcd_serves_as_a_non_root_user_with_a_read_only_root(
     got = json.loads(podman.run("exec", name, "etcdctl", "get", "k", "-w", "json"))
     assert got["count"] == 1
     version = podman.run("exec", name, "etcd", "--version")
-    assert "etcd Version: 3.5.17" in version, version
+    assert f"etcd Version: {ETCD_VERSION.removeprefix('v')}" in version, version
 
 
 def _dns_query(server: str, port: int, qname: str) -> list[str]:

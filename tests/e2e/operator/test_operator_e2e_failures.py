@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from elasticjob_localcluster import LocalCluster
+from elasticjob_localcluster.versions import ETCD_IMAGE
 
 from tests.e2e.operator.conftest import (
     OperatorProcess,
@@ -253,7 +254,7 @@ spec:
   tolerations: [{key: elasticjob.dev/virtual-node, operator: Exists, effect: NoSchedule}]
   containers:
     - name: etcd
-      image: quay.io/coreos/etcd:v3.5.17
+      image: ETCD_IMAGE
       command:
         - etcd
         - --data-dir=/var/lib/etcd/data
@@ -270,7 +271,7 @@ spec:
   clusterIP: None
   selector: {app: shared-etcd}
   ports: [{name: client, port: 2379, targetPort: 2379}]
-"""
+""".replace("ETCD_IMAGE", ETCD_IMAGE)
 
 
 def test_unrecoverable_external_etcd_fails_after_the_stall_timeout_with_every_pod_gone(

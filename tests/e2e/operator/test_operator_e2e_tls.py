@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from elasticjob_localcluster import LocalCluster
 from elasticjob_localcluster.placement import on_virtual_nodes
+from elasticjob_localcluster.versions import ETCD_IMAGE
 
 from tests.e2e.operator.conftest import (
     POOL,
@@ -40,7 +41,7 @@ def _intruder(name: str, ns: str, endpoint: str, *command: str) -> dict[str, Any
                 "containers": [
                     {
                         "name": "etcdctl",
-                        "image": "quay.io/coreos/etcd:v3.5.17",
+                        "image": ETCD_IMAGE,
                         "command": [
                             "etcdctl",
                             f"--endpoints={endpoint}",

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from elasticjob_localcluster import LocalCluster
+from elasticjob_localcluster.versions import PAUSE_IMAGE
 
 from tests.e2e.realnodes.conftest import (
     Release,
@@ -24,7 +25,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 MISSING_IMAGE = "127.0.0.1:1/elasticjob/no-such-image:0"
 """No registry serves this (port 1 on the node's loopback refuses at once): the pull fails."""
-NO_AGENT_IMAGE = "registry.k8s.io/pause:3.10"
+NO_AGENT_IMAGE = PAUSE_IMAGE
 """Present on every real node, runs as a non-root user, holds only ``/pause``."""
 PULL_REASONS = {"ErrImagePull", "ImagePullBackOff"}
 

@@ -26,6 +26,7 @@ import yaml
 from elasticjob_localcluster import LocalCluster
 from elasticjob_localcluster.placement import REAL_NODE_LABEL
 from elasticjob_localcluster.testing import TRAINING_IMAGE
+from elasticjob_localcluster.versions import ETCD_IMAGE
 
 from tests.e2e.realnodes.conftest import (
     CHART,
@@ -74,7 +75,7 @@ spec:
     spec:
       containers:
         - name: etcd
-          image: quay.io/coreos/etcd:v3.5.17
+          image: ETCD_IMAGE
           imagePullPolicy: IfNotPresent
           env:
             - name: POD_NAME
@@ -92,7 +93,7 @@ spec:
           resources: {requests: {cpu: 50m, memory: 64Mi}}
           volumeMounts: [{name: data, mountPath: /var/lib/etcd}]
       volumes: [{name: data, emptyDir: {}}]
-"""
+""".replace("ETCD_IMAGE", ETCD_IMAGE)
 
 
 def test_every_example_is_either_run_here_or_said_why_not() -> None:

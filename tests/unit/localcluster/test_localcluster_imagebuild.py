@@ -1,4 +1,4 @@
-"""The image builder's cache and index (localcluster/images/imagebuild.py), without podman: a
+"""The image builder's cache and index (localcluster/images/imagebuild), without podman: a
 recipe whose build only records that it ran, and a Context whose podman answers are in memory.
 """
 
@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from elasticjob_localcluster import versions
 from images import imagebuild
 from images.imagebuild import Context, Paths, Recipe, ensure, put_index_entry, recipe_key
 
@@ -108,3 +109,12 @@ def test_bad_arguments_name_what_to_fix(capsys: pytest.CaptureFixture[str]) -> N
     with pytest.raises(SystemExit):
         imagebuild.main(["nosuchimage"])
     assert "unknown image(s) nosuchimage; choose from pause, base" in capsys.readouterr().err
+
+
+def test_the_recipes_build_the_refs_the_local_cluster_runs() -> None:
+    refs = {name: recipe.ref for name, recipe in imagebuild.RECIPES.items()}
+    assert refs["etcd"] == versions.ETCD_IMAGE
+    assert refs["coredns"] == versions.COREDNS_IMAGE
+    assert refs["pause"] == versions.PAUSE_IMAGE
+    assert refs["operator"] == versions.OPERATOR_IMAGE
+    assert refs["training"] == versions.TRAINING_IMAGE

@@ -1,4 +1,5 @@
-"""The local cluster's CA issues certificates in parallel (the real nodes boot side by side)."""
+"""The local cluster's CA issues certificates in parallel (the real nodes boot side by side), and
+its one openssl helper reports a failure in its caller's terms."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
+from elasticjob_localcluster.openssl import openssl
 from elasticjob_localcluster.pki import issue_certificate, make_pki
 
 
@@ -36,3 +39,12 @@ def test_certificates_issued_at_once_are_all_valid_with_distinct_serials(tmp_pat
         )  # fmt: skip
     serials = {_serial(c) for c in [*certs, tmp_path / "apiserver.crt"]}
     assert len(serials) == 17, serials
+
+
+class _CallersError(RuntimeError):
+    pass
+
+
+def test_openssl_fails_with_the_callers_error_naming_the_command(tmp_path: Path) -> None:
+    with pytest.raises(_CallersError, match=r"openssl x509 -in failed: .*nothing-here"):
+        openssl("x509", "-in", "nothing-here", cwd=tmp_path, error=_CallersError)

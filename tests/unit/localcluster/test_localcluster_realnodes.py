@@ -25,6 +25,7 @@ from elasticjob_localcluster.realnodes.render import (
     kubelet_config,
     network_policy_rbac,
 )
+from elasticjob_localcluster.versions import PAUSE_IMAGE
 
 STATE = Path("/state")
 
@@ -80,7 +81,7 @@ def test_containerd_config_carries_the_fixes_this_machine_needs() -> None:
         'Root = "/runc"',
         "netns_mounts_under_state_dir = true",
         "enable_unprivileged_ports = true",
-        'sandbox_image = "registry.k8s.io/pause:3.10"',
+        f'sandbox_image = "{PAUSE_IMAGE}"',
         'conf_dir = "/cni"',
     ):
         assert line in text, line

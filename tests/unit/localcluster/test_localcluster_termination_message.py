@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from elasticjob_localcluster.podworker import termination_message
+from elasticjob_localcluster.container import termination_message
 
 
 def test_the_termination_message_file_wins_and_is_capped(tmp_path: Path) -> None:

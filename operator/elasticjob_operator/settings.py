@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from . import leadership, netpol, progress
 from .cadence import CadenceSettings
-from .reconciler import LoopSettings
+from .loop_settings import LoopSettings
 from .stall import StallSettings
 
 _INSTANCE = uuid.uuid4().hex[:8]

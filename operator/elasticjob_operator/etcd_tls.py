@@ -12,10 +12,11 @@ import ssl
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from . import manifests, names, pki, probes
+from . import probes
+from .core import manifests, names, pki
+from .core.names import JobRef
+from .core.spec import EtcdMode, JobSpec
 from .kube import Kube, PermanentKubeError
-from .names import JobRef
-from .spec import EtcdMode, JobSpec
 
 log = logging.getLogger(__name__)
 

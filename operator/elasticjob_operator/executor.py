@@ -11,10 +11,11 @@ from typing import Any
 
 import aiohttp
 
-from . import etcd_tls, kueue, names, planning, probes
+from . import etcd_tls, probes
+from .core import kueue, names, planning
+from .core.names import JobRef
+from .core.status import JobStatus
 from .kube import Kube, KubeError, PermanentKubeError
-from .names import JobRef
-from .status import JobStatus
 
 log = logging.getLogger(__name__)
 

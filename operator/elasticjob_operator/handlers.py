@@ -15,14 +15,15 @@ from typing import Any, TypeVar
 
 import kopf
 
-from . import collector, metrics, names, probes, retry
-from .conditions import ConditionType, set_condition
+from . import collector, metrics, probes
+from .core import names, retry
+from .core.conditions import ConditionType, set_condition
+from .core.names import JobRef
+from .core.observed import node_lost, pod_view
+from .core.spec import SpecError, generation_of
 from .kube import Kube, KubeError, PermanentKubeError
-from .names import JobRef
-from .observed import node_lost, pod_view
 from .reconciler import JobLoop, OwnedPod, owned_pod
 from .settings import OperatorSettings
-from .spec import SpecError, generation_of
 
 T = TypeVar("T")
 

@@ -7,14 +7,15 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import cadence, kueue, names, planning, probes
+from . import probes
+from .core import cadence, kueue, names, planning
+from .core.names import JobRef
+from .core.observed import Observed, PodPhase, PodView, current_etcd
+from .core.spec import EtcdMode, JobSpec
+from .core.status import JobStatus
 from .etcd_tls import EtcdTlsReader, EtcdTlsView
 from .kube import Kube, KubeError, PermanentKubeError
-from .names import JobRef
-from .observed import Observed, PodPhase, PodView, current_etcd
 from .probe_rounds import ProbeRounds
-from .spec import EtcdMode, JobSpec
-from .status import JobStatus
 
 log = logging.getLogger(__name__)
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from . import cadence, names, retry
-from .loop_settings import LoopSettings
-from .observed import Observed, PodPhase, PodView
+from .core import cadence, names, retry
+from .core.loop_settings import LoopSettings
+from .core.observed import Observed, PodPhase, PodView
+from .core.status import JobStatus, Phase
 from .probe_rounds import ProbeRounds
-from .status import JobStatus, Phase
 
 
 def inputs_of(

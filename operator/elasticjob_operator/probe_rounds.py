@@ -14,9 +14,10 @@ from dataclasses import dataclass, field, replace
 
 import aiohttp
 
-from . import cadence, metrics, probes
-from .loop_settings import LoopSettings
-from .refusals import Refusals
+from . import metrics, probes
+from .core import cadence
+from .core.loop_settings import LoopSettings
+from .core.refusals import Refusals
 
 
 @dataclass(frozen=True)

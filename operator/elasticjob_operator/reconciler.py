@@ -16,19 +16,20 @@ from typing import Any
 
 import aiohttp
 
-from . import cadence, kueue, metrics, names, planning, probes, progress
+from . import metrics, probes
+from .core import cadence, kueue, names, planning, progress
+from .core.loop_settings import LoopSettings
+from .core.manifests import owned_by
+from .core.names import JobRef
+from .core.observed import PodView
+from .core.spec import SpecError, generation_of, parse_job
+from .core.stall import StallSettings
+from .core.status import JobStatus
 from .executor import Executor
 from .kube import Kube
-from .loop_settings import LoopSettings
-from .manifests import owned_by
-from .names import JobRef
 from .observation import Observer
-from .observed import PodView
 from .pacing import Pacing, inputs_of
 from .probe_rounds import ProbeRounds
-from .spec import SpecError, generation_of, parse_job
-from .stall import StallSettings
-from .status import JobStatus
 from .status_writer import StatusWriter
 
 

@@ -18,10 +18,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import leadership, netpol
-from .cadence import CadenceSettings
-from .loop_settings import LoopSettings
-from .stall import StallSettings
+from .core import leadership, netpol
+from .core.cadence import CadenceSettings
+from .core.loop_settings import LoopSettings
+from .core.stall import StallSettings
 
 _INSTANCE = uuid.uuid4().hex[:8]
 """Tells this process from an earlier one of the same pod or host in the Lease."""

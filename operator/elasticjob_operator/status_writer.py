@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .core.names import JobRef
+from .core.status import JobStatus, never_lower
 from .kube import ConflictKubeError, Kube, KubeError
-from .names import JobRef
-from .status import JobStatus, never_lower
 
 WRITE_ATTEMPTS = 4
 """Status writes tried per step when the job keeps changing under us (409 each time)."""

@@ -4,8 +4,8 @@ the loop waits after the API server failed or refused a request."""
 from __future__ import annotations
 
 import pytest
-from elasticjob_operator import names, retry
-from elasticjob_operator.observed import PodPhase, PodView, current_etcd
+from elasticjob_operator.core import names, retry
+from elasticjob_operator.core.observed import PodPhase, PodView, current_etcd
 
 
 def _etcd(generation: int) -> PodView:

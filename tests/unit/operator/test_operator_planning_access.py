@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from elasticjob_operator import planning
-from elasticjob_operator.netpol import Peer, PolicySettings, build_network_policies
-from elasticjob_operator.observed import Observed
-from elasticjob_operator.status import JobStatus, Phase
+from elasticjob_operator.core import planning
+from elasticjob_operator.core.netpol import Peer, PolicySettings, build_network_policies
+from elasticjob_operator.core.observed import Observed
+from elasticjob_operator.core.status import JobStatus, Phase
 
 from tests.unit.operator.opfixtures import JOB, T0, job_spec
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from elasticjob_operator.netpol import NAMESPACE_NAME_LABEL
+from elasticjob_operator.core.netpol import NAMESPACE_NAME_LABEL
 from elasticjob_operator.settings import VARIABLES, OperatorSettings, Variable
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "operator.md"

@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import pytest
 from elasticjob_agent.protocol.health import AgentState, HealthReport
-from elasticjob_operator import kueue, planning, spares
-from elasticjob_operator.conditions import ConditionType, find_condition
-from elasticjob_operator.spec import SpecError, parse_job
-from elasticjob_operator.status import JobStatus
+from elasticjob_operator.core import kueue, planning, spares
+from elasticjob_operator.core.conditions import ConditionType, find_condition
+from elasticjob_operator.core.spec import SpecError, parse_job
+from elasticjob_operator.core.status import JobStatus
 
 from tests.unit.operator.opfixtures import T0, Cluster, job_spec, raw_spec, report, step
 

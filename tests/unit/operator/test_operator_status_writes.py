@@ -7,10 +7,10 @@ import copy
 from typing import Any, cast
 
 import aiohttp
+from elasticjob_operator.core.names import JobRef
+from elasticjob_operator.core.status import EtcdState, JobStatus
 from elasticjob_operator.kube import ConflictKubeError, Kube
-from elasticjob_operator.names import JobRef
 from elasticjob_operator.reconciler import JobLoop, LoopSettings
-from elasticjob_operator.status import EtcdState, JobStatus
 
 from tests.unit.operator.opfixtures import JOB
 

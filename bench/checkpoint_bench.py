@@ -223,7 +223,7 @@ def run_ranks(
 
 def node_loss(args: argparse.Namespace, base: Path) -> dict[str, Any]:
     from elasticjob_agent.standalone import EmbeddedEtcd  # noqa: PLC0415
-    from elasticjob_operator import pki  # noqa: PLC0415
+    from elasticjob_operator.core import pki  # noqa: PLC0415
 
     tls = base / "tls"
     tls.mkdir()

@@ -21,7 +21,7 @@ pool of worker processes, so no single process's GIL decides the result):
 - ``torch-etcd-v3``: the same torch path on our ``EtcdV3RendezvousBackend``;
 - ``ours-tls``: ``ours`` against a second etcd that requires client certificates (mutual TLS,
   ``--client-cert-auth``), with a CA, server and client certificate made in the run by the
-  operator's own generator (``elasticjob_operator.pki``: what a managed etcd gets), each node
+  operator's own generator (``elasticjob_operator.core.pki``: what a managed etcd gets), each node
   presenting the client certificate on its own connection: the cost of TLS against ``ours``.
 
 Scenarios: ``min-eq-max`` (``min = max = N``: completes at max) and ``last-call`` (``min = N``,
@@ -96,7 +96,7 @@ from elasticjob_agent.rendezvous.roles import exchange_roles_async
 from elasticjob_agent.rendezvous.state import Action, Context, Snapshot
 from elasticjob_agent.rendezvous.wire import RendezvousKeys
 from elasticjob_agent.supervision.worker_env import AgentKnobs, GroupContext, worker_env
-from elasticjob_operator import names, pki
+from elasticjob_operator.core import names, pki
 from torch.distributed import TCPStore  # type: ignore[attr-defined]
 from torch.distributed.elastic.agent.server.api import SimpleElasticAgent, WorkerSpec
 from torch.distributed.elastic.rendezvous import RendezvousParameters

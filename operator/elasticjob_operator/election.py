@@ -19,9 +19,17 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 
+from .core.leadership import (
+    LeaseRecord,
+    LeaseTimings,
+    Move,
+    Observation,
+    decide,
+    next_record,
+    released,
+)
+from .core.leadership import observe as observe_lease
 from .kube import Kube, KubeError, micro_time
-from .leadership import LeaseRecord, LeaseTimings, Move, Observation, decide, next_record, released
-from .leadership import observe as observe_lease
 
 log = logging.getLogger(__name__)
 

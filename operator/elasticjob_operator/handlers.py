@@ -15,14 +15,15 @@ from typing import Any, TypeVar
 
 import kopf
 
-from . import collector, metrics, names, probes
-from .conditions import ConditionType, set_condition
+from . import collector, metrics, probes
+from .core import names, retry
+from .core.conditions import ConditionType, set_condition
+from .core.names import JobRef
+from .core.observed import node_lost, pod_view
+from .core.spec import SpecError, generation_of
 from .kube import Kube, KubeError, PermanentKubeError
-from .names import JobRef
-from .observed import node_lost, pod_view
 from .reconciler import JobLoop, OwnedPod, owned_pod
 from .settings import OperatorSettings
-from .spec import SpecError
 
 T = TypeVar("T")
 
@@ -149,11 +150,12 @@ async def reconcile_job(
     loop.adopt(stored)
     logger.info("reconcile loop started for %s/%s (uid %s)", namespace, name, uid)
     failed_spec_generation: int | None = None
-    backoff = settings.loop.interval
+    errors = 0
+    """Steps in a row that raised an API error (``retry.py`` decides the wait)."""
     try:
         while not stopped:
             wake.clear()
-            generation = int(body.get("metadata", {}).get("generation") or 0)
+            generation = generation_of(body)
             interval = settings.loop.interval
             if failed_spec_generation != generation:
                 try:
@@ -169,7 +171,7 @@ async def reconcile_job(
                     if result is None:
                         break
                     interval = result.next_interval
-                    backoff = settings.loop.interval
+                    errors = 0
                     if result.delete_requested:
                         logger.info("ttlSecondsAfterFinished elapsed: job deleted")
                         return
@@ -178,15 +180,17 @@ async def reconcile_job(
                     logger.error("invalid spec, fix it to continue: %s", exc)
                     await _report_invalid(memo.kube, job, str(exc), body, generation)
                 except PermanentKubeError as exc:
+                    interval = retry.backed_off(settings.loop.interval, errors, rejected=True)
+                    errors += 1
                     logger.error(
-                        "API rejected a request (will retry after %.0f s): %s", backoff, exc
+                        "API rejected a request (will retry after %.0f s): %s", interval, exc
                     )
                     loop.forget_written()
-                    interval, backoff = backoff, min(backoff * 2, 60.0)
                 except KubeError as exc:
+                    interval = retry.backed_off(settings.loop.interval, errors, rejected=False)
+                    errors += 1
                     logger.warning("API error (will retry): %s", exc)
                     loop.forget_written()
-                    interval, backoff = backoff, min(backoff * 2, 30.0)
             await _sleep(stopped, wake, interval)
     finally:
         _wakeups.pop((namespace, name), None)

@@ -18,10 +18,10 @@ from typing import Any, TypeVar
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from . import names
-from .conditions import rfc3339
-from .leadership import LeaseRecord
-from .names import JobRef
+from .core import names
+from .core.conditions import rfc3339
+from .core.leadership import LeaseRecord
+from .core.names import JobRef
 
 T = TypeVar("T")
 

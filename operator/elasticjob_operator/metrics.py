@@ -11,8 +11,8 @@ from collections.abc import Mapping
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
-from .stall import StallReason
-from .status import JobStatus, Phase
+from .core.stall import StallReason
+from .core.status import JobStatus, Phase
 
 JOB = ("namespace", "job")
 

@@ -31,7 +31,7 @@ from elasticjob_agent.protocol.health import (
     HealthReportError,
 )
 
-from . import seeding
+from .core import seeding
 
 log = logging.getLogger(__name__)
 

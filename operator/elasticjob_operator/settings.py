@@ -1,113 +1,317 @@
-"""Operator settings: a dataclass read once at start (environment variables, then flags)."""
+"""Operator settings: a dataclass read once at start (environment variables, then flags).
+
+``VARIABLES`` is the one table of the settings read from the environment: each row names the
+field, its variable, its default and what it means. ``OperatorSettings`` takes its defaults from
+the table, and ``from_env`` reads the table; a default of a nested setting (``LoopSettings``,
+``StallSettings``, ``CadenceSettings``, ``LeaseTimings``) is read from that dataclass, which
+keeps it.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import socket
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
-from . import leadership, netpol, progress
-from .cadence import CadenceSettings
-from .reconciler import LoopSettings
-from .stall import StallSettings
+from .core import leadership, netpol
+from .core.cadence import CadenceSettings
+from .core.loop_settings import LoopSettings
+from .core.stall import StallSettings
 
 _INSTANCE = uuid.uuid4().hex[:8]
 """Tells this process from an earlier one of the same pod or host in the Lease."""
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 class SettingsError(ValueError):
     """An environment variable or flag has a value the operator cannot use."""
 
 
+Reader = Callable[[Mapping[str, str], "Variable"], Any]
+"""Reads a row's variable from the environment (its default when unset); raises
+``SettingsError``."""
+
+
+@dataclass(frozen=True)
+class Variable:
+    """One row of the settings table."""
+
+    field: str
+    """The field of ``OperatorSettings``, dotted into nested settings (``loop.stall.x``)."""
+    env: str
+    """The environment variable."""
+    default: Any
+    doc: str
+    read: Reader
+
+
+def _number(env: Mapping[str, str], row: Variable) -> float:
+    raw = env.get(row.env, "")
+    if not raw:
+        return float(row.default)
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SettingsError(f"{row.env} must be a number, got {raw!r}") from None
+    if not math.isfinite(value):
+        raise SettingsError(f"{row.env} must be a finite number, got {raw!r}")
+    if value < 0:
+        raise SettingsError(f"{row.env} must not be negative, got {raw!r}")
+    return value
+
+
+def _count(env: Mapping[str, str], row: Variable) -> int:
+    return int(_number(env, row))
+
+
+def _flag_of(env: Mapping[str, str], key: str, default: bool) -> bool:
+    raw = env.get(key, "").strip().lower()
+    if not raw:
+        return default
+    if raw in ("true", "1", "yes"):
+        return True
+    if raw in ("false", "0", "no"):
+        return False
+    raise SettingsError(f"{key} must be true or false, got {raw!r}")
+
+
+def _flag(env: Mapping[str, str], row: Variable) -> bool:
+    return _flag_of(env, row.env, bool(row.default))
+
+
+def _text(env: Mapping[str, str], row: Variable) -> str:
+    return env.get(row.env) or str(row.default)
+
+
+def _names(env: Mapping[str, str], row: Variable) -> tuple[str, ...]:
+    return tuple(n.strip() for n in env.get(row.env, "").split(",") if n.strip()) or tuple(
+        row.default
+    )
+
+
+def _level(env: Mapping[str, str], row: Variable) -> str:
+    level = env.get(row.env, row.default).lower()
+    if level not in LOG_LEVELS:
+        raise SettingsError(f"{row.env} must be debug, info, warning or error, got {level!r}")
+    return str(level)
+
+
+def _own_namespace(env: Mapping[str, str], row: Variable) -> str:
+    return env.get(row.env) or env.get("POD_NAMESPACE") or str(row.default)
+
+
+def _default_of(cls: type[Any], name: str) -> Any:
+    """The default of field ``name`` of dataclass ``cls`` (its one home)."""
+    for f in dataclasses.fields(cls):
+        if f.name == name:
+            return f.default
+    raise KeyError(name)
+
+
+VARIABLES: tuple[Variable, ...] = (
+    Variable(
+        "metrics_port", "ELASTICJOB_METRICS_PORT", 8080, "Port of ``/metrics``; 0 disables.", _count
+    ),
+    Variable(
+        "health_port",
+        "ELASTICJOB_HEALTH_PORT",
+        8081,
+        "Port of kopf's liveness endpoint ``/healthz``.",
+        _count,
+    ),
+    Variable(
+        "watch_namespaces",
+        "ELASTICJOB_WATCH_NAMESPACES",
+        (),
+        "Namespaces to watch, comma-separated; empty: all.",
+        _names,
+    ),
+    Variable(
+        "log_level",
+        "ELASTICJOB_LOG_LEVEL",
+        "info",
+        "``debug``, ``info``, ``warning`` or ``error``.",
+        _level,
+    ),
+    Variable(
+        "loop.interval",
+        "ELASTICJOB_INTERVAL_SECONDS",
+        _default_of(LoopSettings, "interval"),
+        "Seconds between reconcile steps of an active job (stall detection resolution).",
+        _number,
+    ),
+    Variable(
+        "loop.stall.etcd_unavailable_after",
+        "ELASTICJOB_ETCD_UNAVAILABLE_AFTER_SECONDS",
+        _default_of(StallSettings, "etcd_unavailable_after"),
+        "Seconds of failed etcd probes before a job's etcd counts as unavailable.",
+        _number,
+    ),
+    Variable(
+        "loop.stall.waiting_after",
+        "ELASTICJOB_WAITING_AFTER_SECONDS",
+        _default_of(StallSettings, "waiting_after"),
+        "Seconds agents wait for nodes before the job is stalled waiting.",
+        _number,
+    ),
+    Variable(
+        "loop.stall.progress_sample",
+        "ELASTICJOB_PROGRESS_SAMPLE_SECONDS",
+        _default_of(StallSettings, "progress_sample"),
+        "Least time between two samples of ``status.progress``.",
+        _number,
+    ),
+    Variable(
+        "loop.stall.progress_writes_per_second",
+        "ELASTICJOB_PROGRESS_WRITES_PER_SECOND",
+        _default_of(StallSettings, "progress_writes_per_second"),
+        "Progress samples written a second across all jobs at most.",
+        _number,
+    ),
+    Variable(
+        "loop.cadence.etcd_interval",
+        "ELASTICJOB_STEADY_ETCD_SECONDS",
+        _default_of(CadenceSettings, "etcd_interval"),
+        "Period of a steady job's etcd probe.",
+        _number,
+    ),
+    Variable(
+        "loop.cadence.report_interval",
+        "ELASTICJOB_STEADY_REPORT_SECONDS",
+        _default_of(CadenceSettings, "report_interval"),
+        "Period of a steady job's poll of its agents.",
+        _number,
+    ),
+    Variable(
+        "loop.cadence.probes_per_second",
+        "ELASTICJOB_STEADY_PROBES_PER_SECOND",
+        _default_of(CadenceSettings, "probes_per_second"),
+        "Probes of steady jobs a second across all jobs; past it their periods stretch.",
+        _number,
+    ),
+    Variable(
+        "probe_concurrency",
+        "ELASTICJOB_PROBE_CONCURRENCY",
+        128,
+        "Probes of agents and etcds in flight at once, across all jobs; 0: unbounded.",
+        _count,
+    ),
+    Variable(
+        "leader_election",
+        "ELASTICJOB_LEADER_ELECTION",
+        True,
+        "Act only while holding the Lease; ``false`` turns it off (then nothing stops a "
+        "second operator from acting too).",
+        _flag,
+    ),
+    Variable(
+        "lease_namespace",
+        "ELASTICJOB_LEASE_NAMESPACE",
+        "default",
+        "The operator's own namespace, else ``POD_NAMESPACE``: where its Lease lives and "
+        "whose pods the jobs' NetworkPolicies let in as the operator.",
+        _own_namespace,
+    ),
+    Variable(
+        "lease_name",
+        "ELASTICJOB_LEASE_NAME",
+        "elasticjob-operator",
+        "Name of the Lease; operators sharing it elect one leader.",
+        _text,
+    ),
+    Variable(
+        "lease.duration",
+        "ELASTICJOB_LEASE_DURATION_SECONDS",
+        _default_of(leadership.LeaseTimings, "duration"),
+        "Seconds a Lease not renewed stays its holder's.",
+        _number,
+    ),
+    Variable(
+        "lease.renew_deadline",
+        "ELASTICJOB_LEASE_RENEW_DEADLINE_SECONDS",
+        _default_of(leadership.LeaseTimings, "renew_deadline"),
+        "Seconds a holder tries to renew before it exits.",
+        _number,
+    ),
+    Variable(
+        "lease.retry_period",
+        "ELASTICJOB_LEASE_RETRY_PERIOD_SECONDS",
+        _default_of(leadership.LeaseTimings, "retry_period"),
+        "Seconds between two tries to take or renew the Lease.",
+        _number,
+    ),
+)
+
+
+def _default(name: str) -> Any:
+    return next(row.default for row in VARIABLES if row.field == name)
+
+
 @dataclass(frozen=True)
 class OperatorSettings:
-    metrics_port: int = 8080
-    """Port of ``/metrics`` (``ELASTICJOB_METRICS_PORT``; 0 disables)."""
-    health_port: int = 8081
-    """Port of kopf's liveness endpoint ``/healthz`` (``ELASTICJOB_HEALTH_PORT``)."""
-    watch_namespaces: tuple[str, ...] = ()
-    """Namespaces to watch (``ELASTICJOB_WATCH_NAMESPACES``, comma-separated); empty: all."""
-    log_level: str = "info"
-    """``debug``, ``info``, ``warning`` or ``error`` (``ELASTICJOB_LOG_LEVEL``)."""
+    """The operator's settings. Each field read from the environment is a row of
+    ``VARIABLES`` (its variable, default and meaning)."""
+
+    metrics_port: int = _default("metrics_port")
+    health_port: int = _default("health_port")
+    watch_namespaces: tuple[str, ...] = _default("watch_namespaces")
+    log_level: str = _default("log_level")
     loop: LoopSettings = field(default_factory=LoopSettings)
-    """Reconcile interval (``ELASTICJOB_INTERVAL_SECONDS``), stall thresholds
-    (``ELASTICJOB_ETCD_UNAVAILABLE_AFTER_SECONDS``, ``ELASTICJOB_WAITING_AFTER_SECONDS``) and a
-    steady job's probe periods (``ELASTICJOB_STEADY_ETCD_SECONDS``,
-    ``ELASTICJOB_STEADY_REPORT_SECONDS``)."""
-    probe_concurrency: int = 128
-    """Probes of agents and etcds in flight at once, across all jobs
-    (``ELASTICJOB_PROBE_CONCURRENCY``; 0: unbounded)."""
-    leader_election: bool = True
-    """Act only while holding the Lease (``ELASTICJOB_LEADER_ELECTION``, ``false`` turns it off:
-    then nothing stops a second operator from acting too)."""
-    lease_namespace: str = "default"
-    """Namespace of the Lease (``ELASTICJOB_LEASE_NAMESPACE``, else ``POD_NAMESPACE``)."""
-    lease_name: str = "elasticjob-operator"
-    """Name of the Lease (``ELASTICJOB_LEASE_NAME``); operators sharing it elect one leader."""
+    """Reconcile interval, stall thresholds and a steady job's probe periods (``loop.*`` rows),
+    and the jobs' NetworkPolicies (``_policies``)."""
+    probe_concurrency: int = _default("probe_concurrency")
+    leader_election: bool = _default("leader_election")
+    lease_namespace: str = _default("lease_namespace")
+    lease_name: str = _default("lease_name")
     identity: str = ""
     """This process in the Lease (``POD_NAME``, else host name; a random suffix is added)."""
     lease: leadership.LeaseTimings = field(default_factory=leadership.LeaseTimings)
-    """``ELASTICJOB_LEASE_DURATION_SECONDS``, ``ELASTICJOB_LEASE_RENEW_DEADLINE_SECONDS``,
-    ``ELASTICJOB_LEASE_RETRY_PERIOD_SECONDS``."""
+    """The Lease's timings (``lease.*`` rows)."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> OperatorSettings:
+        """Read every row of ``VARIABLES`` (and the NetworkPolicies' variables) from ``env``
+        (default: the process environment). Raises ``SettingsError`` naming the variable."""
         env = os.environ if env is None else env
-        level = env.get("ELASTICJOB_LOG_LEVEL", "info").lower()
-        if level not in ("debug", "info", "warning", "error"):
-            raise SettingsError(
-                f"ELASTICJOB_LOG_LEVEL must be debug, info, warning or error, got {level!r}"
-            )
-        stall = StallSettings(
-            etcd_unavailable_after=_number(env, "ELASTICJOB_ETCD_UNAVAILABLE_AFTER_SECONDS", 4.0),
-            waiting_after=_number(env, "ELASTICJOB_WAITING_AFTER_SECONDS", 15.0),
-            progress_sample=_number(
-                env, "ELASTICJOB_PROGRESS_SAMPLE_SECONDS", progress.SAMPLE_SECONDS
-            ),
-            progress_writes_per_second=_number(
-                env, "ELASTICJOB_PROGRESS_WRITES_PER_SECOND", progress.WRITES_PER_SECOND
-            ),
+        values = {row.field: row.read(env, row) for row in VARIABLES}
+
+        def section(prefix: str) -> dict[str, Any]:
+            return {
+                name.removeprefix(prefix): value
+                for name, value in values.items()
+                if name.startswith(prefix) and "." not in name.removeprefix(prefix)
+            }
+
+        try:
+            lease = leadership.LeaseTimings(**section("lease."))
+        except leadership.SettingsError as exc:
+            raise SettingsError(str(exc)) from None
+        loop = LoopSettings(
+            **section("loop."),
+            stall=StallSettings(**section("loop.stall.")),
+            cadence=CadenceSettings(**section("loop.cadence.")),
+            policies=_policies(env, values["lease_namespace"]),
         )
         return cls(
-            metrics_port=int(_number(env, "ELASTICJOB_METRICS_PORT", 8080)),
-            health_port=int(_number(env, "ELASTICJOB_HEALTH_PORT", 8081)),
-            watch_namespaces=tuple(
-                n.strip()
-                for n in env.get("ELASTICJOB_WATCH_NAMESPACES", "").split(",")
-                if n.strip()
-            ),
-            log_level=level,
-            loop=LoopSettings(
-                interval=_number(env, "ELASTICJOB_INTERVAL_SECONDS", 2.0),
-                stall=stall,
-                policies=_policies(env),
-                cadence=CadenceSettings(
-                    etcd_interval=_number(env, "ELASTICJOB_STEADY_ETCD_SECONDS", 3.0),
-                    report_interval=_number(env, "ELASTICJOB_STEADY_REPORT_SECONDS", 10.0),
-                    probes_per_second=_number(env, "ELASTICJOB_STEADY_PROBES_PER_SECOND", 400.0),
-                ),
-            ),
-            probe_concurrency=int(_number(env, "ELASTICJOB_PROBE_CONCURRENCY", 128)),
-            leader_election=_flag(env, "ELASTICJOB_LEADER_ELECTION", True),
-            lease_namespace=env.get("ELASTICJOB_LEASE_NAMESPACE")
-            or env.get("POD_NAMESPACE")
-            or "default",
-            lease_name=env.get("ELASTICJOB_LEASE_NAME") or "elasticjob-operator",
+            **section(""),
+            loop=loop,
+            lease=lease,
             identity=f"{env.get('POD_NAME') or socket.gethostname()}_{_INSTANCE}",
-            lease=_timings(env),
         )
 
 
-def _policies(env: Mapping[str, str]) -> netpol.PolicySettings | None:
-    """``ELASTICJOB_NETWORK_POLICY`` (default true), the operator's own pods
-    (``POD_NAMESPACE`` and ``ELASTICJOB_OPERATOR_POD_LABELS``), and Prometheus
+def _policies(env: Mapping[str, str], namespace: str) -> netpol.PolicySettings | None:
+    """``ELASTICJOB_NETWORK_POLICY`` (default true), the operator's own pods (in
+    ``namespace``, labelled ``ELASTICJOB_OPERATOR_POD_LABELS``), and Prometheus
     (``ELASTICJOB_PROMETHEUS_NAMESPACE_LABELS``, ``ELASTICJOB_PROMETHEUS_POD_LABELS``)."""
-    if not _flag(env, "ELASTICJOB_NETWORK_POLICY", True):
+    if not _flag_of(env, "ELASTICJOB_NETWORK_POLICY", True):
         return None
-    namespace = env.get("POD_NAMESPACE") or env.get("ELASTICJOB_LEASE_NAMESPACE") or "default"
     own = _labels(
         env, "ELASTICJOB_OPERATOR_POD_LABELS", {"app.kubernetes.io/name": "elasticjob-operator"}
     )
@@ -137,40 +341,3 @@ def _labels(
             raise SettingsError(f"{key} must be k=v,k=v labels, got {env[key]!r}")
         labels[name.strip()] = value.strip()
     return labels
-
-
-def _timings(env: Mapping[str, str]) -> leadership.LeaseTimings:
-    try:
-        return leadership.LeaseTimings(
-            duration=_number(env, "ELASTICJOB_LEASE_DURATION_SECONDS", 15.0),
-            renew_deadline=_number(env, "ELASTICJOB_LEASE_RENEW_DEADLINE_SECONDS", 10.0),
-            retry_period=_number(env, "ELASTICJOB_LEASE_RETRY_PERIOD_SECONDS", 2.0),
-        )
-    except leadership.SettingsError as exc:
-        raise SettingsError(str(exc)) from None
-
-
-def _flag(env: Mapping[str, str], key: str, default: bool) -> bool:
-    raw = env.get(key, "").strip().lower()
-    if not raw:
-        return default
-    if raw in ("true", "1", "yes"):
-        return True
-    if raw in ("false", "0", "no"):
-        return False
-    raise SettingsError(f"{key} must be true or false, got {raw!r}")
-
-
-def _number(env: Mapping[str, str], key: str, default: float) -> float:
-    raw = env.get(key, "")
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise SettingsError(f"{key} must be a number, got {raw!r}") from None
-    if not math.isfinite(value):
-        raise SettingsError(f"{key} must be a finite number, got {raw!r}")
-    if value < 0:
-        raise SettingsError(f"{key} must not be negative, got {raw!r}")
-    return value

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 from elasticjob_agent.ports import free_port
-from elasticjob_operator import pki
+from elasticjob_operator.core import pki
 
 _START_TIMEOUT = 20.0
 

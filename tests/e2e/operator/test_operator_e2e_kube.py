@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 from elasticjob_localcluster import LocalCluster
+from elasticjob_operator.core.names import JobRef
 from elasticjob_operator.kube import Kube, PermanentKubeError
-from elasticjob_operator.names import JobRef
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 

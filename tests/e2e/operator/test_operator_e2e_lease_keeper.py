@@ -16,9 +16,9 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 from elasticjob_localcluster import LocalCluster
+from elasticjob_operator.core.leadership import LeaseTimings
 from elasticjob_operator.election import Elector, LeaseKeeper
 from elasticjob_operator.kube import Kube
-from elasticjob_operator.leadership import LeaseTimings
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 

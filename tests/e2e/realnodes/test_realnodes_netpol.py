@@ -24,7 +24,7 @@ import pytest
 from elasticjob_agent.protocol.health import DEFAULT_HEALTH_PORT
 from elasticjob_localcluster import LocalCluster
 from elasticjob_localcluster.testing import TRAINING_IMAGE
-from elasticjob_operator.names import ETCD_CLIENT_PORT, etcd_tls_secret_name
+from elasticjob_operator.core.names import ETCD_CLIENT_PORT, etcd_tls_secret_name
 
 from tests.e2e.realnodes.conftest import (
     RESTRICTED,

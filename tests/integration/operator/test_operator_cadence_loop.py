@@ -19,13 +19,14 @@ from typing import Any, cast
 
 import pytest
 from elasticjob_agent.protocol.health import DEFAULT_HEALTH_PORT
-from elasticjob_operator import cadence, names, probes
+from elasticjob_operator import probes
+from elasticjob_operator.core import cadence, names
+from elasticjob_operator.core.names import JobRef
+from elasticjob_operator.core.observed import PodView
+from elasticjob_operator.core.spec import JobSpec, parse_spec
+from elasticjob_operator.core.status import JobStatus, Phase
 from elasticjob_operator.kube import Kube
-from elasticjob_operator.names import JobRef
-from elasticjob_operator.observed import PodView
 from elasticjob_operator.reconciler import JobLoop, LoopSettings, OwnedPod
-from elasticjob_operator.spec import JobSpec, parse_spec
-from elasticjob_operator.status import JobStatus, Phase
 
 from tests.unit.operator.opfixtures import JOB, T0, Cluster, raw_spec, report, step
 

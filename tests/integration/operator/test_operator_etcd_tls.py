@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 from elasticjob_agent.ports import free_port
 from elasticjob_agent.protocol.keys import JobKeys
-from elasticjob_operator import manifests, names, pki, probes, seeding
+from elasticjob_operator import probes
+from elasticjob_operator.core import manifests, names, pki, seeding
 
 from tests.integration.conftest import etcd_binary
 from tests.unit.operator.opfixtures import job_spec

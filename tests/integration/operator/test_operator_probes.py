@@ -25,7 +25,8 @@ from elasticjob_agent.protocol.health import AgentState, EtcdStatus, HealthRepor
 from elasticjob_agent.protocol.keys import JobKeys
 from elasticjob_agent.protocol.restarts import RestartReason
 from elasticjob_agent.supervision.restart_counter import JobRestartCounter
-from elasticjob_operator import probes, seeding
+from elasticjob_operator import probes
+from elasticjob_operator.core import seeding
 
 GOOD = HealthReport(
     run_id="run",

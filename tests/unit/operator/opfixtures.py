@@ -11,11 +11,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from elasticjob_agent.protocol.health import AgentState, EtcdStatus, HealthReport
-from elasticjob_operator import names, planning, restarts
-from elasticjob_operator.names import JobRef
-from elasticjob_operator.observed import Observed, PodPhase, PodView, pod_view
-from elasticjob_operator.spec import JobSpec, parse_spec
-from elasticjob_operator.status import JobStatus
+from elasticjob_operator.core import names, planning, restarts
+from elasticjob_operator.core.names import JobRef
+from elasticjob_operator.core.observed import Observed, PodPhase, PodView, pod_view
+from elasticjob_operator.core.spec import JobSpec, parse_spec
+from elasticjob_operator.core.status import JobStatus
 
 JOB = JobRef("ns", "demo", "0123abcd-0000-0000-0000-000000000000")
 RUN_ID = JOB.run_id

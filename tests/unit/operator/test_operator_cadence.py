@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from elasticjob_agent.protocol.health import AgentState, EtcdStatus, HealthReport
-from elasticjob_operator import cadence
+from elasticjob_operator.core import cadence
 from elasticjob_operator.settings import OperatorSettings
 
 SETTINGS = cadence.CadenceSettings(etcd_interval=3.0, report_interval=10.0, settle=20.0)

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 from elasticjob_agent.protocol.endpoints import TlsFiles
-from elasticjob_operator.agent_command import POD_IP_ENV
-from elasticjob_operator.checkpointing import (
+from elasticjob_operator.core.agent_command import POD_IP_ENV
+from elasticjob_operator.core.checkpointing import (
     CheckpointSpec,
     CheckpointSpecError,
     checkpoint_env,
@@ -15,8 +15,8 @@ from elasticjob_operator.checkpointing import (
     quantity_bytes,
     with_checkpoint_memory,
 )
-from elasticjob_operator.manifests import build_worker_pod
-from elasticjob_operator.spec import SpecError
+from elasticjob_operator.core.manifests import build_worker_pod
+from elasticjob_operator.core.spec import SpecError
 
 from tests.unit.operator.opfixtures import JOB, job_spec
 

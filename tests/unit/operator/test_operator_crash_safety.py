@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from elasticjob_operator import planning, restarts
-from elasticjob_operator.observed import PodPhase
-from elasticjob_operator.status import JobStatus
+from elasticjob_operator.core import planning, restarts
+from elasticjob_operator.core.observed import PodPhase
+from elasticjob_operator.core.status import JobStatus
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

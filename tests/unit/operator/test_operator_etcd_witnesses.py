@@ -6,7 +6,7 @@ etcd at once."""
 
 from __future__ import annotations
 
-from elasticjob_operator.status import JobStatus, Phase
+from elasticjob_operator.core.status import JobStatus, Phase
 
 from tests.unit.operator.opfixtures import T0, Cluster, job_spec, report, step
 

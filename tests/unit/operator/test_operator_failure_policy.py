@@ -17,13 +17,13 @@ from elasticjob_agent.protocol.failure_policy import (
 )
 from elasticjob_agent.protocol.hang_timeout import AutoSettings
 from elasticjob_agent.protocol.health import HealthReport
-from elasticjob_operator.conditions import ConditionType, find_condition, rfc3339
-from elasticjob_operator.manifests import build_worker_pod
-from elasticjob_operator.observed import PodPhase, PodView, pod_view
-from elasticjob_operator.policy_status import newest_decision, pod_decision, with_condition
-from elasticjob_operator.progress import GroupProgress, ProgressState, advance, group_progress
-from elasticjob_operator.spec import SpecError, parse_spec
-from elasticjob_operator.status import JobStatus
+from elasticjob_operator.core.conditions import ConditionType, find_condition, rfc3339
+from elasticjob_operator.core.manifests import build_worker_pod
+from elasticjob_operator.core.observed import PodPhase, PodView, pod_view
+from elasticjob_operator.core.policy_status import newest_decision, pod_decision, with_condition
+from elasticjob_operator.core.progress import GroupProgress, ProgressState, advance, group_progress
+from elasticjob_operator.core.spec import SpecError, parse_spec
+from elasticjob_operator.core.status import JobStatus
 
 from tests.unit.operator.opfixtures import JOB, RUN_ID, job_spec, raw_spec, report
 

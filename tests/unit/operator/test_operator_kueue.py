@@ -4,12 +4,12 @@ the core is admitted, no replacement while a core pod still terminates, refusals
 from __future__ import annotations
 
 import pytest
-from elasticjob_operator import kueue, kueue_names, planning
-from elasticjob_operator.conditions import ConditionType, find_condition
-from elasticjob_operator.manifests import build_worker_pod
-from elasticjob_operator.observed import PodPhase
-from elasticjob_operator.spec import JobSpec, SpecError, parse_kueue, parse_spec
-from elasticjob_operator.status import JobStatus, Phase
+from elasticjob_operator.core import kueue, kueue_names, planning
+from elasticjob_operator.core.conditions import ConditionType, find_condition
+from elasticjob_operator.core.manifests import build_worker_pod
+from elasticjob_operator.core.observed import PodPhase
+from elasticjob_operator.core.spec import JobSpec, SpecError, parse_job, parse_kueue, parse_spec
+from elasticjob_operator.core.status import JobStatus, Phase
 
 from tests.unit.operator.opfixtures import JOB, T0, Cluster, raw_spec, step
 
@@ -20,7 +20,7 @@ def queued_spec(**overrides: object) -> JobSpec:
         "labels": {kueue_names.PRIORITY_LABEL: "training"},
         "annotations": {kueue_names.EXTRAS_PRIORITY_ANNOTATION: "opportunistic"},
     }
-    return kueue.attach(parse_spec(body["spec"]), body)
+    return parse_job(body)
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from elasticjob_operator.leadership import (
+from elasticjob_operator.core.leadership import (
     LeaseRecord,
     LeaseTimings,
     Move,
@@ -13,7 +13,7 @@ from elasticjob_operator.leadership import (
     observe,
     released,
 )
-from elasticjob_operator.status import EtcdState, JobStatus, Phase, never_lower
+from elasticjob_operator.core.status import EtcdState, JobStatus, Phase, never_lower
 
 OTHER = LeaseRecord(holder="b", duration_seconds=15, renew_time="t1", resource_version="7")
 

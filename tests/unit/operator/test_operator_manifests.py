@@ -6,17 +6,17 @@ from typing import Any
 
 import pytest
 from elasticjob_agent.protocol.failure import FinalCounts, WorkerFailure, termination_message
-from elasticjob_operator import names
-from elasticjob_operator.agent_command import POD_IP_ENV, training_argv
-from elasticjob_operator.manifests import (
+from elasticjob_operator.core import names
+from elasticjob_operator.core.agent_command import POD_IP_ENV, training_argv
+from elasticjob_operator.core.manifests import (
     GPU_RESOURCE,
     build_etcd_pod,
     build_etcd_service,
     build_worker_pod,
     build_workers_service,
 )
-from elasticjob_operator.observed import pod_view
-from elasticjob_operator.spec import SpecError, parse_spec
+from elasticjob_operator.core.observed import pod_view
+from elasticjob_operator.core.spec import SpecError, parse_spec
 
 from tests.unit.operator.opfixtures import JOB, RUN_ID, job_spec, raw_spec
 

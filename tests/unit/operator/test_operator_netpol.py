@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from elasticjob_operator.netpol import Peer, build_network_policies
+from elasticjob_operator.core.netpol import Peer, build_network_policies
 from elasticjob_operator.settings import OperatorSettings, SettingsError
 
 from tests.unit.operator.opfixtures import JOB

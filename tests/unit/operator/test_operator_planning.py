@@ -6,10 +6,10 @@ from dataclasses import replace
 
 from elasticjob_agent.protocol.exit_codes import ExitCode
 from elasticjob_agent.protocol.health import AgentState, HealthReport
-from elasticjob_operator import planning, restarts
-from elasticjob_operator.conditions import ConditionType, find_condition, is_true
-from elasticjob_operator.observed import PodPhase
-from elasticjob_operator.status import JobStatus, Phase
+from elasticjob_operator.core import planning, restarts
+from elasticjob_operator.core.conditions import ConditionType, find_condition, is_true
+from elasticjob_operator.core.observed import PodPhase
+from elasticjob_operator.core.status import JobStatus, Phase
 
 from tests.unit.operator.opfixtures import JOB, RUN_ID, T0, Cluster, job_spec, report, step
 

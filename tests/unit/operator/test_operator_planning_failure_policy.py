@@ -7,10 +7,10 @@ from dataclasses import replace
 
 from elasticjob_agent.protocol.exit_codes import ExitCode
 from elasticjob_agent.protocol.failure_policy import Action, PolicyDecision
-from elasticjob_operator import restarts
-from elasticjob_operator.conditions import ConditionType, find_condition
-from elasticjob_operator.observed import PodPhase
-from elasticjob_operator.status import JobStatus, Phase
+from elasticjob_operator.core import restarts
+from elasticjob_operator.core.conditions import ConditionType, find_condition
+from elasticjob_operator.core.observed import PodPhase
+from elasticjob_operator.core.status import JobStatus, Phase
 
 from tests.unit.operator.opfixtures import T0, Cluster, job_spec, report, step
 

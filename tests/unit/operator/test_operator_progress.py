@@ -8,13 +8,14 @@ from dataclasses import replace
 import pytest
 from elasticjob_agent.protocol.endpoints import Endpoint
 from elasticjob_agent.protocol.health import AgentState, HealthReport
-from elasticjob_operator import metrics, progress
-from elasticjob_operator.agent_command import AgentTarget, agent_args
-from elasticjob_operator.conditions import ConditionType, find_condition
-from elasticjob_operator.progress import GroupProgress, ProgressState
+from elasticjob_operator import metrics
+from elasticjob_operator.core import progress
+from elasticjob_operator.core.agent_command import AgentTarget, agent_args
+from elasticjob_operator.core.conditions import ConditionType, find_condition
+from elasticjob_operator.core.progress import GroupProgress, ProgressState
+from elasticjob_operator.core.spec import SpecError
+from elasticjob_operator.core.status import JobStatus
 from elasticjob_operator.settings import OperatorSettings
-from elasticjob_operator.spec import SpecError
-from elasticjob_operator.status import JobStatus
 from prometheus_client import REGISTRY
 
 from tests.unit.operator.opfixtures import RUN_ID, T0, Cluster, job_spec, report, step

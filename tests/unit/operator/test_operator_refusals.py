@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from elasticjob_operator.refusals import Refusals
+from elasticjob_operator.core.refusals import Refusals
 
 TARGETS = {"a": "10.0.0.1", "b": "10.0.0.2"}
 

@@ -6,9 +6,9 @@ from dataclasses import replace
 
 from elasticjob_agent.protocol.exit_codes import ExitCode
 from elasticjob_agent.protocol.failure import FinalCounts, WorkerFailure
-from elasticjob_operator import planning, root_cause
-from elasticjob_operator.observed import PodPhase
-from elasticjob_operator.status import JobStatus, Phase
+from elasticjob_operator.core import planning, root_cause
+from elasticjob_operator.core.observed import PodPhase
+from elasticjob_operator.core.status import JobStatus, Phase
 
 from tests.unit.operator.opfixtures import RUN_ID, T0, Cluster, job_spec, report, step
 from tests.unit.operator.test_operator_planning import _started

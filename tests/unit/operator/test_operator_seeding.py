@@ -6,7 +6,7 @@ import json
 
 import pytest
 from elasticjob_agent.protocol.keys import JobKeys
-from elasticjob_operator.seeding import SeedKeys, SeedStateError, Stored, plan_seed
+from elasticjob_operator.core.seeding import SeedKeys, SeedStateError, Stored, plan_seed
 
 KEYS = SeedKeys.of(JobKeys("/elasticjob", "run"))
 FAILURE = KEYS.counters["failure"]

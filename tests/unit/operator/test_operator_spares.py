@@ -7,12 +7,12 @@ from dataclasses import replace
 
 import pytest
 from elasticjob_agent.protocol.health import AgentState, HealthReport
-from elasticjob_operator import kueue, planning, spares
-from elasticjob_operator.conditions import ConditionType, find_condition
-from elasticjob_operator.spec import SpecError
-from elasticjob_operator.status import JobStatus
+from elasticjob_operator.core import kueue, planning, spares
+from elasticjob_operator.core.conditions import ConditionType, find_condition
+from elasticjob_operator.core.spec import SpecError, parse_job
+from elasticjob_operator.core.status import JobStatus
 
-from tests.unit.operator.opfixtures import T0, Cluster, job_spec, report, step
+from tests.unit.operator.opfixtures import T0, Cluster, job_spec, raw_spec, report, step
 
 FIXED = {"replicas": 2, "minNodes": 2, "maxNodes": 2, "spares": 1}
 PODS = ("demo-worker-0-0", "demo-worker-1-0", "demo-worker-2-0")
@@ -153,8 +153,9 @@ def test_bad_spares_are_refused_naming_the_field(value: object, message: str) ->
 
 
 def test_spares_are_kueue_extras_held_while_the_core_is_queued() -> None:
-    spec = job_spec(replicas=2, minNodes=2, maxNodes=2, spares=1, queueName="q")
-    spec = kueue.attach(spec, {"spec": {"queueName": "q"}})
+    spec = parse_job(
+        {"spec": raw_spec(replicas=2, minNodes=2, maxNodes=2, spares=1, queueName="q")}
+    )
     assert not kueue.is_core(spec, 2)
     admission = kueue.decide(spec, {}, [], frozenset())
     assert 2 in admission.hold

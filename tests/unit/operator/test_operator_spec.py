@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 from elasticjob_agent.protocol.restarts import JOB_MAX_RESTARTS_DEFAULT
-from elasticjob_operator.spec import CleanPodPolicy, EtcdMode, SpecError, parse_spec
+from elasticjob_operator.core.spec import CleanPodPolicy, EtcdMode, SpecError, parse_spec
 
 from tests.unit.operator.opfixtures import raw_spec
 

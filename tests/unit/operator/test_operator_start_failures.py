@@ -7,9 +7,9 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from elasticjob_operator import start_failures
-from elasticjob_operator.conditions import ConditionType, find_condition, is_true
-from elasticjob_operator.observed import (
+from elasticjob_operator.core import start_failures
+from elasticjob_operator.core.conditions import ConditionType, find_condition, is_true
+from elasticjob_operator.core.observed import (
     MAX_START_MESSAGE,
     PodPhase,
     PodView,
@@ -17,7 +17,7 @@ from elasticjob_operator.observed import (
     pod_view,
     start_failure,
 )
-from elasticjob_operator.status import JobStatus, Phase
+from elasticjob_operator.core.status import JobStatus, Phase
 
 from tests.unit.operator.opfixtures import T0, Cluster, job_spec, step
 

@@ -5,11 +5,16 @@ from __future__ import annotations
 import json
 
 from elasticjob_agent.protocol.health import AgentState
-from elasticjob_operator import restarts
-from elasticjob_operator.conditions import ConditionType, find_condition, rfc3339, set_condition
-from elasticjob_operator.observed import Observed, PodPhase, PodView
-from elasticjob_operator.stall import EtcdView, StallReason, StallSettings, classify
-from elasticjob_operator.status import EtcdState, JobStatus, Phase, StallState
+from elasticjob_operator.core import restarts
+from elasticjob_operator.core.conditions import (
+    ConditionType,
+    find_condition,
+    rfc3339,
+    set_condition,
+)
+from elasticjob_operator.core.observed import Observed, PodPhase, PodView
+from elasticjob_operator.core.stall import EtcdView, StallReason, StallSettings, classify
+from elasticjob_operator.core.status import EtcdState, JobStatus, Phase, StallState
 from hypothesis import given
 from hypothesis import strategies as st
 

@@ -7,10 +7,10 @@ import copy
 from typing import Any, cast
 
 import aiohttp
+from elasticjob_operator.core.names import JobRef
+from elasticjob_operator.core.status import EtcdState, JobStatus
 from elasticjob_operator.kube import ConflictKubeError, Kube
-from elasticjob_operator.names import JobRef
 from elasticjob_operator.reconciler import JobLoop, LoopSettings
-from elasticjob_operator.status import EtcdState, JobStatus
 
 from tests.unit.operator.opfixtures import JOB
 
@@ -57,12 +57,12 @@ async def test_a_conflicting_write_is_merged_so_no_count_goes_down() -> None:
         ).to_json()
     )
     ours = JobStatus(restarts={"failure": 2, "preemption": 1}, attempts={0: 1, 1: 0})
-    written = await loop._write_status(ours)
+    written = await loop.status_writer.write(ours)
     assert stored.conflicts == 1
     assert written.restarts == {"failure": 3, "membership": 1, "preemption": 1}
     assert written.attempts == {0: 2, 1: 0}
     assert written.etcd.generation == 1 and written.etcd.seeded_generation == 1
     assert stored.body["status"] == written.to_json()
     # The next write carries the version it got back: no conflict.
-    await loop._write_status(written.evolve(round=4))
+    await loop.status_writer.write(written.evolve(round=4))
     assert stored.conflicts == 1 and stored.body["status"]["round"] == 4

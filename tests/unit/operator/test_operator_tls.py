@@ -9,8 +9,8 @@ import pytest
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.x509.oid import ExtendedKeyUsageOID
-from elasticjob_operator import manifests, names, pki
-from elasticjob_operator.spec import SpecError
+from elasticjob_operator.core import manifests, names, pki
+from elasticjob_operator.core.spec import SpecError
 
 from tests.unit.operator.opfixtures import JOB, job_spec
 

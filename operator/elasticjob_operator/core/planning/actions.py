@@ -53,6 +53,19 @@ class DeleteJob:
 
 
 @dataclass(frozen=True)
+class CreatePolicies:
+    """Create the job's NetworkPolicies (``netpol.py``), before anything else of the step."""
+
+    manifests: tuple[Mapping[str, Any], ...]
+
+
+@dataclass(frozen=True)
+class CreateEtcdTlsSecret:
+    """Create the managed etcd's certificates Secret. The executor generates the certificates:
+    their keys are random, so making them is no part of a pure plan."""
+
+
+@dataclass(frozen=True)
 class Event:
     type: str
     """``Normal`` or ``Warning``."""
@@ -60,7 +73,16 @@ class Event:
     message: str
 
 
-Action = CreateObject | DeletePod | MarkJoined | MarkStoodBy | WriteSeed | DeleteJob
+Action = (
+    CreatePolicies
+    | CreateEtcdTlsSecret
+    | CreateObject
+    | DeletePod
+    | MarkJoined
+    | MarkStoodBy
+    | WriteSeed
+    | DeleteJob
+)
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from .kueue_names import (
@@ -42,15 +42,10 @@ from .kueue_names import (
 )
 from .names import JobRef
 from .observed import PodView
-from .spec import JobSpec, parse_kueue
+from .spec import JobSpec
 from .status import JobStatus
 
 _WEBHOOK_REFUSAL = re.compile(r'failed calling webhook \\?"(?P<hook>[^"\\]+)', re.IGNORECASE)
-
-
-def attach(spec: JobSpec, body: Mapping[str, Any]) -> JobSpec:
-    """``spec`` with its Kueue settings read from the job ``body`` (spec, labels, annotations)."""
-    return replace(spec, kueue=parse_kueue(body.get("spec") or {}, body.get("metadata") or {}))
 
 
 # -- worker pods ---------------------------------------------------------------------------------

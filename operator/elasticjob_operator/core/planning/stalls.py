@@ -11,7 +11,7 @@ from elasticjob_agent.protocol.restarts import RestartReason
 
 from .. import progress, start_failures
 from ..conditions import ConditionType, set_condition
-from ..observed import Observed, current_workers
+from ..observed import Observed, current_etcd, current_workers
 from ..spec import EtcdMode, JobSpec
 from ..stall import Stall, StallReason
 from ..status import JobStatus, StallState
@@ -61,18 +61,21 @@ def track_progress(
     draft.status = draft.status.evolve(progress=state)
 
 
-def note_start_failures(draft: Draft, spec: JobSpec, observed: Observed, now: float) -> None:
+def note_start_failures(
+    draft: Draft, spec: JobSpec, observed: Observed, now: float, *, etcd_generation: int
+) -> None:
     """Keep ``status.startFailures`` and the ``PodsNotStarting`` condition, with a Warning
     Event (the kubelet's reason) for each new cause (``start_failures``).
 
     Each slot's newest pod speaks for it, also one replaced in this very step: a pod that ends
-    with ``StartError`` is seen once before its replacement supersedes it."""
+    with ``StartError`` is seen once before its replacement supersedes it: ``etcd_generation``
+    is the generation the step started with (``observed.current_etcd``)."""
     before = draft.status.start_failures
     after = start_failures.track(
         before,
         workers=current_workers(observed.workers, {}),
         replicas=spec.worker_pods,
-        etcd=max(observed.etcd_pods, key=lambda p: p.index, default=None),
+        etcd=current_etcd(observed.etcd_pods, etcd_generation),
         managed_etcd=spec.etcd.mode is EtcdMode.MANAGED,
     )
     for failure in start_failures.news(before, after):

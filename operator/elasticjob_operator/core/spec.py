@@ -484,3 +484,17 @@ def _int(
     if value < minimum:
         raise SpecError(f"{name} must be >= {minimum}, got {value}")
     return value
+
+
+def parse_job(body: Mapping[str, Any]) -> JobSpec:
+    """The spec of the job ``body``, Kueue's part included (``spec.queueName`` and the job's
+    labels and annotations): the one parse of a reconcile step. Raises ``SpecError``."""
+    spec = body.get("spec") or {}
+    return dataclasses.replace(
+        parse_spec(spec), kueue=parse_kueue(spec, body.get("metadata") or {})
+    )
+
+
+def generation_of(body: Mapping[str, Any]) -> int:
+    """The job's ``metadata.generation`` (0 when absent)."""
+    return int((body.get("metadata") or {}).get("generation") or 0)

@@ -9,7 +9,7 @@ from elasticjob_agent.protocol.health import AgentState
 from elasticjob_agent.protocol.keys import JobKeys
 
 from .. import manifests, names, restarts, seeding
-from ..observed import Observed, PodView
+from ..observed import Observed, PodView, current_etcd
 from ..spec import EtcdMode, JobSpec
 from ..stall import EtcdView, StallSettings
 from ..status import EtcdState
@@ -46,13 +46,12 @@ def manage_etcd(
             unreachable_since=state.unreachable_since,
         )
 
-    by_generation = {p.index: p for p in observed.etcd_pods}
-    top = max(by_generation, default=-1)
-    if top > state.generation:  # a status write was lost: adopt what exists
+    current = current_etcd(observed.etcd_pods, state.generation)
+    if current is not None and current.index > state.generation:
+        # A status write was lost: adopt what exists.
         state = EtcdState(
-            top, state.ready_generation, state.seeded_generation, state.unreachable_since
+            current.index, state.ready_generation, state.seeded_generation, state.unreachable_since
         )
-    current = by_generation.get(state.generation)
     if (
         current is not None
         and state.ready_generation != state.generation
@@ -99,8 +98,8 @@ def manage_etcd(
         ever_ready = False
     elif current is None:
         draft.actions.append(CreateObject(manifests.build_etcd_pod(job, spec, state.generation)))
-    for gen, pod in by_generation.items():
-        if gen < state.generation and not pod.deleting:
+    for pod in observed.etcd_pods:
+        if pod.index < state.generation and not pod.deleting:
             draft.actions.append(DeletePod(pod.name, force=True))  # its data is abandoned anyway
     if (
         current is not None

@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
@@ -181,6 +181,9 @@ class Observed:
 
     kueue_reason: str | None = None
     """Why Kueue has not admitted the core's Workload (its condition message), if read."""
+    tls_secret_missing: bool = False
+    """The managed etcd's certificates Secret is needed and does not exist (the plan creates
+    it); ``False`` also when it was not looked for (no TLS, external etcd, a finished job)."""
 
 
 def current_workers(pods: Sequence[PodView], attempts: Mapping[int, int]) -> dict[int, PodView]:
@@ -193,6 +196,17 @@ def current_workers(pods: Sequence[PodView], attempts: Mapping[int, int]) -> dic
         if best is None or pod.attempt > best.attempt:
             current[pod.index] = pod
     return current
+
+
+def current_etcd(etcd_pods: Iterable[PodView], generation: int) -> PodView | None:
+    """The pod of the job's current managed etcd generation, if it exists.
+
+    The current generation is the one ``status.etcd.generation`` records, or a higher pod index
+    when a status write was lost after that pod was created. An older pod is an abandoned
+    generation (being deleted): it never speaks for the job's etcd, even while it is the newest
+    pod the index holds (the new generation's pod not created or not seen yet)."""
+    by_generation = {p.index: p for p in etcd_pods}
+    return by_generation.get(max(generation, max(by_generation, default=-1)))
 
 
 def pod_view(pod: Mapping[str, Any]) -> PodView | None:

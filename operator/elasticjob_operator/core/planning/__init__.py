@@ -1,15 +1,17 @@
 """Reconciliation as a pure function: ``plan(job, spec, status, observed, now) -> Plan``.
 
 The plan holds the next status and the actions that bring the cluster towards the spec. The
-executor (``reconciler.py``) writes the status *first* when it commits a counter (a pod attempt,
-an etcd generation, a restart), then runs the actions, each idempotent. Killing the operator
+step (``reconciler.py``) writes the status *first* when it commits a counter (a pod attempt,
+an etcd generation, a restart), then the executor (``executor.py``) runs the actions, each
+idempotent; no write happens anywhere else. Killing the operator
 between any two steps therefore neither duplicates an object nor loses or doubles a count.
 
 One module per concern of a step, in the order ``plan`` runs them: ``reports`` (what the agents
 counted and said), ``policy`` (the failure-policy decisions they made), ``terminal`` (failed,
 succeeded, cleaned up), ``suspend``, ``workers`` and ``etcd`` (the objects), ``stalls`` and
-``summary``; ``actions`` holds what a step decides and ``rejection`` the condition for a request
-the API server refused.
+``summary``; ``access`` creates what guards the job (its NetworkPolicies and etcd certificates),
+``actions`` holds what a step decides and ``rejection`` the condition for a request the API
+server refused.
 """
 
 from __future__ import annotations
@@ -18,13 +20,17 @@ from dataclasses import replace
 
 from .. import names, progress
 from ..conditions import ConditionType, set_condition, stamp_generation
+from ..netpol import PolicySettings
 from ..observed import Observed, current_workers, without_witnessed_nodes
 from ..spec import JobSpec
 from ..stall import StallSettings, classify
 from ..status import JobStatus, Phase
+from .access import guard
 from .actions import (
     Action,
+    CreateEtcdTlsSecret,
     CreateObject,
+    CreatePolicies,
     DeleteJob,
     DeletePod,
     Draft,
@@ -46,7 +52,9 @@ from .workers import ensure_services, manage_workers, policy_fails_a_pod
 
 __all__ = [
     "Action",
+    "CreateEtcdTlsSecret",
     "CreateObject",
+    "CreatePolicies",
     "DeleteJob",
     "DeletePod",
     "Event",
@@ -70,12 +78,15 @@ def plan(
     now: float,
     settings: StallSettings | None = None,
     services: frozenset[str] = frozenset(),
+    policies: PolicySettings | None = None,
 ) -> Plan:
     """Decide the next status and actions of one job.
 
     ``observed`` holds only objects owned by this job incarnation (uid); ``services`` the names of
-    its existing Services. Nothing here performs I/O or reads the clock. Every condition of the
-    result carries ``observedGeneration`` = ``generation``.
+    its existing Services; ``policies`` whom the job's NetworkPolicies let in, when they are to
+    be created in this step (``None``: not). Nothing here performs I/O or reads the clock. Every
+    condition of the result carries ``observedGeneration`` = ``generation``. The actions that
+    guard the job (``access.py``) come first.
     """
     result = _plan(
         job,
@@ -88,7 +99,11 @@ def plan(
         services=services,
     )
     conditions = stamp_generation(result.status.conditions, generation)
-    return replace(result, status=result.status.evolve(conditions=conditions))
+    return replace(
+        result,
+        status=result.status.evolve(conditions=conditions),
+        actions=(*guard(job, spec, status, observed, policies), *result.actions),
+    )
 
 
 def _plan(
@@ -173,7 +188,7 @@ def _plan(
     admission = manage_workers(draft, job, spec, observed, now)
 
     current = current_workers(observed.workers, draft.status.attempts)
-    note_start_failures(draft, spec, observed, now)
+    note_start_failures(draft, spec, observed, now, etcd_generation=status.etcd.generation)
     stall = classify(
         observed,
         etcd_view,

@@ -6,10 +6,12 @@
 reaches the end state its comment promises, with every pod on a real node (the cluster's ordinary
 nodes: nothing is placed by hand).
 
-Not here, because this machine cannot run them: ``elasticjob-gpu-nccl.yaml`` and
-``elasticjob-scaling.yaml`` train on GPUs with NCCL (the local cluster's GPUs are fake devices;
-the scaling example's HorizontalPodAutoscaler needs metrics-server); the Kueue examples are
-validated by ``tests/e2e/kueue/test_kueue_examples.py`` and run by the Kueue suite.
+Not here, because this machine cannot run them: ``elasticjob-gpu-nccl.yaml`` trains on GPUs with
+NCCL (the local cluster's GPUs are fake devices) and asks for 60 CPUs per node;
+``elasticjob-scaling.yaml`` asks for 8 CPUs per node (its HorizontalPodAutoscaler measures CPU
+use against that request) and its autoscaler needs metrics-server; the Kueue examples pass a
+server-side dry run with Kueue in ``tests/e2e/kueue/test_kueue_examples.py``, and the unit tests
+(``tests/unit/chart/test_examples_as_applied.py``) check their command and volumes.
 """
 
 from __future__ import annotations

@@ -13,19 +13,20 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from elasticjob_agent.protocol import defaults
 from elasticjob_agent.protocol.endpoints import TLS_KEYS, Endpoint, parse_endpoints, tls_from_conf
 from elasticjob_agent.protocol.hang_timeout import AutoSettings, HangTimeoutError
-from elasticjob_agent.protocol.health import DEFAULT_HEALTH_PORT
-from elasticjob_agent.protocol.keys import DEFAULT_PREFIX, validate_run_id
+from elasticjob_agent.protocol.keys import validate_run_id
 from elasticjob_agent.protocol.restarts import TORCHRUN_MAX_RESTARTS_DEFAULT
 
-BACKEND = "etcd-v3"
+BACKEND = defaults.BACKEND_NAME
 C10D = "c10d"
 """torchrun's default: torch's own rendezvous on a TCPStore, under our supervisor."""
-_BACKEND_ALIASES = {"etcd-v3": BACKEND, "etcd": BACKEND, C10D: C10D}
+_BACKEND_ALIASES = {BACKEND: BACKEND, "etcd": BACKEND, C10D: C10D}
 C10D_DEFAULT_PORT = 29400
-DEFAULT_ETCD_TIMEOUT = 300.0
-DEFAULT_SHUTDOWN_TIMEOUT = 30.0
+DEFAULT_ETCD_TIMEOUT = float(defaults.ETCD_TIMEOUT_SECONDS)
+DEFAULT_SHUTDOWN_TIMEOUT = float(defaults.SHUTDOWN_TIMEOUT_SECONDS)
+_NCCL_MONITORING = str(int(defaults.NCCL_MONITORING))
 
 # --rdzv-conf keys (docs/contracts.md) and how to read each.
 _POSITIVE_SECONDS = (
@@ -116,12 +117,12 @@ class AgentArgs:
     local_addr: str | None = None
     shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT
     health_addr: str = "0.0.0.0"
-    health_port: int = DEFAULT_HEALTH_PORT
+    health_port: int = defaults.HEALTH_PORT
     etcd_timeout: float = DEFAULT_ETCD_TIMEOUT
-    nccl_collective_timeout: float = 1800.0
-    nccl_heartbeat_timeout: float = 600.0
-    nccl_async_error_handling: str = "3"
-    nccl_monitoring: str = "1"
+    nccl_collective_timeout: float = float(defaults.NCCL_COLLECTIVE_TIMEOUT_SECONDS)
+    nccl_heartbeat_timeout: float = float(defaults.NCCL_HEARTBEAT_TIMEOUT_SECONDS)
+    nccl_async_error_handling: str = str(defaults.NCCL_ASYNC_ERROR_HANDLING)
+    nccl_monitoring: str = _NCCL_MONITORING
     node_id: str | None = None
     progress_timeout: float | None = None
     """Restart the group (reason ``hang``) when no local worker reported a step for this long
@@ -135,7 +136,7 @@ class AgentArgs:
 
     @property
     def key_prefix(self) -> str:
-        return self.rdzv_conf.get("key_prefix", DEFAULT_PREFIX)
+        return self.rdzv_conf.get("key_prefix", defaults.KEY_PREFIX)
 
     @property
     def worst_case_time_to_fail(self) -> float:
@@ -261,38 +262,40 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     valued(
         "--health-port",
         "--health_port",
-        default=str(DEFAULT_HEALTH_PORT),
+        default=str(defaults.HEALTH_PORT),
         help="health server port; 0 disables it",
     )
     valued(
         "--etcd-timeout",
         "--etcd_timeout",
         default=None,
-        help="seconds etcd may stay unreachable before exit code 13 (default 300)",
+        help="seconds etcd may stay unreachable before exit code 13 "
+        f"(default {defaults.ETCD_TIMEOUT_SECONDS})",
     )
     valued(
         "--nccl-collective-timeout",
         "--nccl_collective_timeout",
-        default="1800",
-        help="collective timeout (s), as ELASTICJOB_COLLECTIVE_TIMEOUT_SECONDS",
+        default=str(defaults.NCCL_COLLECTIVE_TIMEOUT_SECONDS),
+        help=f"collective timeout (s), as {defaults.COLLECTIVE_TIMEOUT_ENV}",
     )
     valued(
         "--nccl-heartbeat-timeout",
         "--nccl_heartbeat_timeout",
-        default="600",
-        help="TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC",
+        default=str(defaults.NCCL_HEARTBEAT_TIMEOUT_SECONDS),
+        help=defaults.NCCL_HEARTBEAT_TIMEOUT_ENV,
     )
     valued(
         "--nccl-async-error-handling",
         "--nccl_async_error_handling",
         default=None,
-        help="TORCH_NCCL_ASYNC_ERROR_HANDLING (default 3, or the inherited value)",
+        help=f"{defaults.NCCL_ASYNC_ERROR_HANDLING_ENV} "
+        f"(default {defaults.NCCL_ASYNC_ERROR_HANDLING}, or the inherited value)",
     )
     valued(
         "--nccl-monitoring",
         "--nccl_monitoring",
-        default="1",
-        help="TORCH_NCCL_ENABLE_MONITORING (0 or 1)",
+        default=_NCCL_MONITORING,
+        help=f"{defaults.NCCL_MONITORING_ENV} (0 or 1)",
     )
     valued("--node-id", "--node_id", default=None, help="this node's id (default hostname-pid)")
     valued(
@@ -503,7 +506,7 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> AgentArgs:
                 f"--local-ranks-filter {ns.local_ranks_filter!r} must be integers like 0,1,2"
             ) from None
     async_handling = ns.nccl_async_error_handling or environ.get(
-        "TORCH_NCCL_ASYNC_ERROR_HANDLING", "3"
+        defaults.NCCL_ASYNC_ERROR_HANDLING_ENV, str(defaults.NCCL_ASYNC_ERROR_HANDLING)
     )
     if async_handling not in ("0", "1", "2", "3"):
         raise UsageError(f"--nccl-async-error-handling {async_handling!r} must be 0, 1, 2 or 3")

@@ -20,11 +20,12 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any, Literal, overload
 
+from elasticjob_agent.protocol import defaults
 from elasticjob_agent.protocol.failure import FailureRecordError, WorkerFailure
 from elasticjob_agent.protocol.failure_policy import FailurePolicyError, PolicyDecision
 
 SCHEMA_VERSION = 1
-DEFAULT_HEALTH_PORT = 29401
+DEFAULT_HEALTH_PORT = defaults.HEALTH_PORT
 
 
 class AgentState(str, Enum):

@@ -23,6 +23,7 @@ from elasticjob_agent.protocol.failure_policy import (
     parse_policy,
 )
 from elasticjob_agent.protocol.hang_timeout import AutoSettings, HangTimeoutError
+from elasticjob_agent.protocol.integers import IntegerError, bounded_int
 from elasticjob_agent.protocol.keys import KEY_PREFIX_RULE, is_key_prefix
 from elasticjob_agent.protocol.restarts import JOB_MAX_RESTARTS_DEFAULT
 
@@ -501,8 +502,9 @@ def _int(
             raise SpecError(f"{name} is required")
         return default
     value = raw[key]
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise SpecError(f"{name} must be an integer, got {value!r}")
-    if value < minimum:
-        raise SpecError(f"{name} must be >= {minimum}, got {value}")
-    return value
+    try:
+        return bounded_int(value, minimum)
+    except IntegerError as exc:
+        if exc.out_of_range:
+            raise SpecError(f"{name} must be >= {minimum}, got {value}") from None
+        raise SpecError(f"{name} must be an integer, got {value!r}") from None

@@ -18,8 +18,9 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from elasticjob_agent.protocol.defaults import TIMER_SOCKET_ENV
+from elasticjob_agent.protocol import defaults
 
+TIMER_SOCKET_ENV = defaults.TIMER_SOCKET_ENV
 _MAX_SCOPE = 200
 _MAX_STEP = 2**53
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from elasticjob_agent.protocol import defaults
 from elasticjob_agent.protocol.endpoints import TLS_KEYS
+from elasticjob_agent.protocol.hang_timeout import AutoSettings
 from elasticjob_agent.protocol.restarts import TORCHRUN_MAX_RESTARTS_DEFAULT
 
 # --rdzv-conf keys of our etcd-v3 backend (docs/contracts.md).
@@ -25,6 +26,8 @@ RDZV_SECONDS_KEYS = (
 )
 """The keys whose values are seconds (> 0)."""
 RDZV_CONF_KEYS = (*RDZV_SECONDS_KEYS, "key_prefix", "node_id", *TLS_KEYS, "protocol")
+_AUTO = AutoSettings()
+"""The automatic hang timeout's defaults, shown in ``--progress-auto-conf``'s help."""
 
 
 class _EnvDefault(argparse.Action):
@@ -221,8 +224,10 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         "--progress-auto-conf",
         "--progress_auto_conf",
         default="",
-        help="with --progress-timeout auto, key=value,...: factor (5), percentile (95), window "
-        "(100 intervals), floor (10 s), ceiling (1800 s), exempt (5 steps per round)",
+        help="with --progress-timeout auto, key=value,...: "
+        f"factor ({_AUTO.factor:g}), percentile ({_AUTO.percentile:g}), "
+        f"window ({_AUTO.window} intervals), floor ({_AUTO.floor:g} s), "
+        f"ceiling ({_AUTO.ceiling:g} s), exempt ({_AUTO.exempt} steps per round)",
     )
     valued(
         "--failure-policy",

@@ -2,40 +2,33 @@
 
 Pure: ``parse_args(argv, environ)`` returns a validated, frozen ``AgentArgs`` or raises
 ``UsageError`` with a message that says what to fix (argparse itself exits 2 on unknown flags).
+The flags are declared in ``flags.py``; this module checks and converts their values.
 """
 
 from __future__ import annotations
 
-import argparse
 import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from elasticjob_agent.flags import RDZV_CONF_KEYS, RDZV_SECONDS_KEYS, build_parser
+from elasticjob_agent.protocol import defaults
 from elasticjob_agent.protocol.endpoints import TLS_KEYS, Endpoint, parse_endpoints, tls_from_conf
 from elasticjob_agent.protocol.hang_timeout import AutoSettings, HangTimeoutError
-from elasticjob_agent.protocol.health import DEFAULT_HEALTH_PORT
-from elasticjob_agent.protocol.keys import DEFAULT_PREFIX, validate_run_id
+from elasticjob_agent.protocol.keys import validate_run_id
 from elasticjob_agent.protocol.restarts import TORCHRUN_MAX_RESTARTS_DEFAULT
 
-BACKEND = "etcd-v3"
+BACKEND = defaults.BACKEND_NAME
 C10D = "c10d"
 """torchrun's default: torch's own rendezvous on a TCPStore, under our supervisor."""
-_BACKEND_ALIASES = {"etcd-v3": BACKEND, "etcd": BACKEND, C10D: C10D}
+_BACKEND_ALIASES = {BACKEND: BACKEND, "etcd": BACKEND, C10D: C10D}
 C10D_DEFAULT_PORT = 29400
-DEFAULT_ETCD_TIMEOUT = 300.0
-DEFAULT_SHUTDOWN_TIMEOUT = 30.0
+DEFAULT_ETCD_TIMEOUT = float(defaults.ETCD_TIMEOUT_SECONDS)
+DEFAULT_SHUTDOWN_TIMEOUT = float(defaults.SHUTDOWN_TIMEOUT_SECONDS)
+_NCCL_MONITORING = str(int(defaults.NCCL_MONITORING))
 
-# --rdzv-conf keys (docs/contracts.md) and how to read each.
-_POSITIVE_SECONDS = (
-    "join_timeout",
-    "last_call_timeout",
-    "close_timeout",
-    "heartbeat",
-    "etcd_timeout",
-)
-RDZV_CONF_KEYS = (*_POSITIVE_SECONDS, "key_prefix", "node_id", *TLS_KEYS, "protocol")
 # --rdzv-conf keys of torch's c10d rendezvous (DynamicRendezvousHandler + C10dRendezvousBackend),
 # each read by torch as an integer, except these two.
 _C10D_INTEGERS = (
@@ -54,34 +47,6 @@ _BOOLEANS = ("1", "true", "t", "yes", "y", "0", "false", "f", "no", "n")
 
 class UsageError(ValueError):
     """A bad flag, ``PET_*`` variable or ``--rdzv-conf`` value: exit code 2, nothing started."""
-
-
-class _EnvDefault(argparse.Action):
-    """A valued flag whose default comes from ``PET_<DEST>`` when that variable is set."""
-
-    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
-        environ: Mapping[str, str] = kwargs.pop("environ")
-        env_name = f"PET_{dest.upper()}"
-        if env_name in environ:
-            kwargs["default"] = environ[env_name]
-            kwargs["required"] = False
-        super().__init__(option_strings, dest, **kwargs)
-
-    def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
-        setattr(namespace, self.dest, values)
-
-
-class _EnvFlag(argparse.Action):
-    """A boolean flag that is also on when ``PET_<DEST>`` is set to a non-zero value."""
-
-    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
-        environ: Mapping[str, str] = kwargs.pop("environ")
-        value = environ.get(f"PET_{dest.upper()}", "0")
-        kwargs["default"] = value not in ("", "0", "false", "False")
-        super().__init__(option_strings, dest, nargs=0, **kwargs)
-
-    def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
-        setattr(namespace, self.dest, True)
 
 
 @dataclass(frozen=True)
@@ -116,12 +81,12 @@ class AgentArgs:
     local_addr: str | None = None
     shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT
     health_addr: str = "0.0.0.0"
-    health_port: int = DEFAULT_HEALTH_PORT
+    health_port: int = defaults.HEALTH_PORT
     etcd_timeout: float = DEFAULT_ETCD_TIMEOUT
-    nccl_collective_timeout: float = 1800.0
-    nccl_heartbeat_timeout: float = 600.0
-    nccl_async_error_handling: str = "3"
-    nccl_monitoring: str = "1"
+    nccl_collective_timeout: float = float(defaults.NCCL_COLLECTIVE_TIMEOUT_SECONDS)
+    nccl_heartbeat_timeout: float = float(defaults.NCCL_HEARTBEAT_TIMEOUT_SECONDS)
+    nccl_async_error_handling: str = str(defaults.NCCL_ASYNC_ERROR_HANDLING)
+    nccl_monitoring: str = _NCCL_MONITORING
     node_id: str | None = None
     progress_timeout: float | None = None
     """Restart the group (reason ``hang``) when no local worker reported a step for this long
@@ -135,7 +100,7 @@ class AgentArgs:
 
     @property
     def key_prefix(self) -> str:
-        return self.rdzv_conf.get("key_prefix", DEFAULT_PREFIX)
+        return self.rdzv_conf.get("key_prefix", defaults.KEY_PREFIX)
 
     @property
     def worst_case_time_to_fail(self) -> float:
@@ -143,190 +108,6 @@ class AgentArgs:
         return (self.max_restarts + 1) * (
             self.nccl_collective_timeout + self.nccl_heartbeat_timeout
         )
-
-
-def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="elasticjob-agent",
-        description="Drop-in torchrun: elastic PyTorch workers with dynamic rendezvous on etcd v3.",
-    )
-
-    def valued(*names: str, default: Any, help: str, type: Any = str, **kw: Any) -> None:
-        parser.add_argument(
-            *names, action=_EnvDefault, environ=environ, default=default, type=type, help=help, **kw
-        )
-
-    def flag(*names: str, help: str) -> None:
-        parser.add_argument(*names, action=_EnvFlag, environ=environ, help=help)
-
-    valued("--nnodes", default="1:1", help="number of nodes, or MIN:MAX")
-    valued(
-        "--nproc-per-node",
-        "--nproc_per_node",
-        default="1",
-        help="workers per node: an integer, cpu, gpu or auto",
-    )
-    valued(
-        "--rdzv-backend",
-        "--rdzv_backend",
-        default=BACKEND,
-        help="rendezvous backend: etcd-v3 (default; 'etcd' is an alias), or c10d (torch's own; "
-        "restarts are then counted per node, as torchrun does)",
-    )
-    valued(
-        "--rdzv-endpoint",
-        "--rdzv_endpoint",
-        default="",
-        help="etcd client address host:port[,host:port...]",
-    )
-    valued("--rdzv-id", "--rdzv_id", default="none", help="job run id shared by all nodes")
-    valued(
-        "--rdzv-conf",
-        "--rdzv_conf",
-        default="",
-        help="rendezvous settings key=value,...: " + ", ".join(RDZV_CONF_KEYS),
-    )
-    flag("--standalone", help="start an embedded etcd for a one-node run")
-    valued(
-        "--max-restarts",
-        "--max_restarts",
-        default=str(TORCHRUN_MAX_RESTARTS_DEFAULT),
-        help="job-wide restarts after failures before the job fails",
-    )
-    valued(
-        "--monitor-interval",
-        "--monitor_interval",
-        default="0.1",
-        help="seconds between checks of the workers",
-    )
-    valued(
-        "--start-method",
-        "--start_method",
-        default="spawn",
-        choices=["spawn", "fork", "forkserver"],
-        help="as in torchrun: it applies only to function entrypoints; a script (what torchrun "
-        "and this agent run) always starts as a fresh subprocess, whatever the method",
-    )
-    valued(
-        "--event-log-handler",
-        "--event_log_handler",
-        default="null",
-        help="accepted for torchrun compatibility (ignored)",
-    )
-    valued("--role", default="default", help="user-defined role of the workers")
-    flag("-m", "--module", help="run the script as a module, like python -m")
-    flag("--no-python", "--no_python", help="run the script directly, not through python")
-    flag("--run-path", "--run_path", help="run the script with runpy.run_path")
-    valued("--log-dir", "--log_dir", default=None, help="base directory of worker log files")
-    valued(
-        "-r",
-        "--redirects",
-        default="0",
-        help="redirect worker streams to files: 0-3 or local_rank:0-3,...",
-    )
-    valued("-t", "--tee", default="0", help="tee worker streams to files and the console")
-    valued(
-        "--log-line-prefix-template",
-        "--log_line_prefix_template",
-        default=None,
-        help="prefix of tee'd lines (${role_name}, ${rank}, ${local_rank}, ${hostname})",
-    )
-    valued(
-        "--local-ranks-filter",
-        "--local_ranks_filter",
-        default="",
-        help="show only these local ranks' output on the console, e.g. 0,1",
-    )
-    valued("--node-rank", "--node_rank", default="0", help="static rendezvous only (ignored)")
-    valued(
-        "--master-addr",
-        "--master_addr",
-        default="127.0.0.1",
-        help="static rendezvous only (ignored)",
-    )
-    valued("--master-port", "--master_port", default=None, help="static rendezvous only (ignored)")
-    valued(
-        "--local-addr",
-        "--local_addr",
-        default=None,
-        help="this node's address for MASTER_ADDR when it is rank 0",
-    )
-    valued(
-        "--shutdown-timeout",
-        "--shutdown_timeout",
-        default=environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", str(DEFAULT_SHUTDOWN_TIMEOUT)),
-        help="seconds between SIGTERM and SIGKILL when stopping workers",
-    )
-    valued("--health-addr", "--health_addr", default="0.0.0.0", help="health server address")
-    valued(
-        "--health-port",
-        "--health_port",
-        default=str(DEFAULT_HEALTH_PORT),
-        help="health server port; 0 disables it",
-    )
-    valued(
-        "--etcd-timeout",
-        "--etcd_timeout",
-        default=None,
-        help="seconds etcd may stay unreachable before exit code 13 (default 300)",
-    )
-    valued(
-        "--nccl-collective-timeout",
-        "--nccl_collective_timeout",
-        default="1800",
-        help="collective timeout (s), as ELASTICJOB_COLLECTIVE_TIMEOUT_SECONDS",
-    )
-    valued(
-        "--nccl-heartbeat-timeout",
-        "--nccl_heartbeat_timeout",
-        default="600",
-        help="TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC",
-    )
-    valued(
-        "--nccl-async-error-handling",
-        "--nccl_async_error_handling",
-        default=None,
-        help="TORCH_NCCL_ASYNC_ERROR_HANDLING (default 3, or the inherited value)",
-    )
-    valued(
-        "--nccl-monitoring",
-        "--nccl_monitoring",
-        default="1",
-        help="TORCH_NCCL_ENABLE_MONITORING (0 or 1)",
-    )
-    valued("--node-id", "--node_id", default=None, help="this node's id (default hostname-pid)")
-    valued(
-        "--progress-timeout",
-        "--progress_timeout",
-        default="0",
-        help="seconds without a step report (elasticjob_agent.progress.report_step) after the "
-        "first one before the group restarts with reason hang; 0 (default): off; auto: a "
-        "multiple of the observed step interval (--progress-auto-conf)",
-    )
-    valued(
-        "--progress-auto-conf",
-        "--progress_auto_conf",
-        default="",
-        help="with --progress-timeout auto, key=value,...: factor (5), percentile (95), window "
-        "(100 intervals), floor (10 s), ceiling (1800 s), exempt (5 steps per round)",
-    )
-    valued(
-        "--failure-policy",
-        "--failure_policy",
-        default=None,
-        help='a JSON file (or the JSON text itself) {"rules": [...]} as in an ElasticJob\'s '
-        "spec.failurePolicy: FailJob / Ignore / Count a failure by exit code, root cause or "
-        "reason",
-    )
-    valued(
-        "--warm-workers",
-        "--warm_workers",
-        default="1",
-        help="1: keep spare workers with torch imported so restarts skip the import; 0: off",
-    )
-    parser.add_argument("training_script", help="the training script (or module, or program)")
-    parser.add_argument("training_script_args", nargs=argparse.REMAINDER)
-    return parser
 
 
 def parse_nnodes(text: str) -> tuple[int, int]:
@@ -365,7 +146,7 @@ def parse_rdzv_conf(text: str) -> dict[str, str]:
             raise UsageError(
                 f"--rdzv-conf: unknown key {key!r}; known keys: {', '.join(RDZV_CONF_KEYS)}"
             )
-        if key in _POSITIVE_SECONDS:
+        if key in RDZV_SECONDS_KEYS:
             _positive(f"--rdzv-conf {key}", value)
         elif key == "key_prefix" and (
             not value.startswith("/") or value.endswith("/") or not re.fullmatch(r"[\w./-]+", value)
@@ -503,7 +284,7 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> AgentArgs:
                 f"--local-ranks-filter {ns.local_ranks_filter!r} must be integers like 0,1,2"
             ) from None
     async_handling = ns.nccl_async_error_handling or environ.get(
-        "TORCH_NCCL_ASYNC_ERROR_HANDLING", "3"
+        defaults.NCCL_ASYNC_ERROR_HANDLING_ENV, str(defaults.NCCL_ASYNC_ERROR_HANDLING)
     )
     if async_handling not in ("0", "1", "2", "3"):
         raise UsageError(f"--nccl-async-error-handling {async_handling!r} must be 0, 1, 2 or 3")

@@ -21,6 +21,7 @@ from elasticjob_agent.protocol.checkpoint import (
     DEFAULT_PORT,
     SOCKET_ENV,
 )
+from elasticjob_agent.protocol.integers import IntegerError, bounded_int
 
 __all__ = ["DEFAULT_DIR", "DEFAULT_KEEP", "SOCKET_ENV", "CheckpointSettings", "settings_from_env"]
 
@@ -107,6 +108,7 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
     text = env.get(name, "").strip()
     if not text:
         return default
-    if not text.isascii() or not text.isdigit():
-        raise ValueError(f"{name} {text!r} is not a non-negative integer")
-    return int(text)
+    try:
+        return bounded_int(text, 0, text=True)
+    except IntegerError:
+        raise ValueError(f"{name} {text!r} is not a non-negative integer") from None

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from elasticjob_agent.protocol.checkpoint import parse_size
+from elasticjob_agent.protocol.integers import IntegerError, bounded_int
 
 __all__ = [
     "MANIFEST_NAME",
@@ -49,9 +50,12 @@ class ManifestError(ValueError):
 
 
 def _int(value: Any, name: str, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ManifestError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
-    return value
+    try:
+        return bounded_int(value, low, high)
+    except IntegerError:
+        raise ManifestError(
+            f"{name} must be an integer in [{low}, {high}], got {value!r}"
+        ) from None
 
 
 def check_file_name(name: str) -> str:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+from elasticjob_agent.protocol import defaults
+
 ENV_PREFIX = "ELASTICJOB_CHECKPOINT_"
 MEMORY_LIMIT_ENV = f"{ENV_PREFIX}MEMORY_LIMIT"
 """Bytes (or ``8Gi``) of checkpoints one node holds; checkpoints are off without it."""
@@ -25,8 +27,7 @@ TIMEOUT_ENV = f"{ENV_PREFIX}TIMEOUT"
 SOCKET_ENV = f"{ENV_PREFIX}SOCKET"
 """Set by the agent for its workers: the Unix socket of its checkpoint service."""
 
-DEFAULT_PORT = 29402
-"""The agents' replication port (mutual TLS)."""
+DEFAULT_PORT = defaults.CHECKPOINT_PORT
 DEFAULT_KEEP = 2
 DEFAULT_DIR = "/dev/shm/elasticjob-checkpoints"
 

@@ -22,7 +22,9 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-DEFAULT_PORT = 2379
+from elasticjob_agent.protocol import defaults
+
+DEFAULT_PORT = defaults.ETCD_CLIENT_PORT
 TLS_KEYS = ("cacert", "cert", "key")
 """``--rdzv-conf`` keys of the TLS files (torchrun's names); ``protocol`` is torch's scheme key."""
 

@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from elasticjob_agent.protocol.integers import IntegerError, bounded_int
+
 T = TypeVar("T")
 
 MAX_TYPE = 128
@@ -174,12 +176,11 @@ def _int(
         if required:
             raise FailureRecordError(f"field 'lastFailure.{key}' is missing")
         return None
-    if type(value) is not int:
-        raise FailureRecordError(f"field 'lastFailure.{key}' must be an integer")
-    low = -MAX_INT if signed else 0
-    if not low <= value <= MAX_INT:
-        raise FailureRecordError(f"field 'lastFailure.{key}' is out of range")
-    return value
+    try:
+        return bounded_int(value, -MAX_INT if signed else 0, MAX_INT)
+    except IntegerError as exc:
+        problem = "is out of range" if exc.out_of_range else "must be an integer"
+        raise FailureRecordError(f"field 'lastFailure.{key}' {problem}") from None
 
 
 def _time(data: Mapping[str, Any]) -> float:

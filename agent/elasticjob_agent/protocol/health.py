@@ -20,11 +20,13 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any, Literal, overload
 
+from elasticjob_agent.protocol import defaults
 from elasticjob_agent.protocol.failure import FailureRecordError, WorkerFailure
 from elasticjob_agent.protocol.failure_policy import FailurePolicyError, PolicyDecision
+from elasticjob_agent.protocol.integers import IntegerError, bounded_int
 
 SCHEMA_VERSION = 1
-DEFAULT_HEALTH_PORT = 29401
+DEFAULT_HEALTH_PORT = defaults.HEALTH_PORT
 
 
 class AgentState(str, Enum):
@@ -387,13 +389,17 @@ def _int(
     obj: Mapping[str, Any], key: str, *, where: str | None = None, signed: bool = False
 ) -> int:
     value = obj.get(key)
-    # bool is an int subclass: refuse it where an int is meant.
-    if type(value) is not int:
-        raise HealthReportError(f"field {where or key!r} must be an integer, got {_show(value)}")
     low = -MAX_INT if signed else 0
-    if not low <= value <= MAX_INT:
-        raise HealthReportError(f"field {where or key!r} is out of range [{low}, {MAX_INT}]")
-    return value
+    try:
+        return bounded_int(value, low, MAX_INT)
+    except IntegerError as exc:
+        if exc.out_of_range:
+            raise HealthReportError(
+                f"field {where or key!r} is out of range [{low}, {MAX_INT}]"
+            ) from None
+        raise HealthReportError(
+            f"field {where or key!r} must be an integer, got {_show(value)}"
+        ) from None
 
 
 def _opt_int(obj: Mapping[str, Any], key: str, *, signed: bool = False) -> int | None:

@@ -10,9 +10,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from elasticjob_agent.protocol.defaults import KEY_PREFIX
 from elasticjob_agent.protocol.restarts import RestartReason
 
-DEFAULT_PREFIX = "/elasticjob"
+DEFAULT_PREFIX = KEY_PREFIX
+
+KEY_PREFIX_RULE = "must start with '/' and not end with '/'"
+"""What ``is_key_prefix`` checks, for error messages."""
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
 
@@ -27,6 +31,11 @@ def validate_run_id(run_id: str) -> str:
     return run_id
 
 
+def is_key_prefix(prefix: str) -> bool:
+    """Whether ``prefix`` can root a job's keys: ``KEY_PREFIX_RULE``."""
+    return prefix.startswith("/") and not prefix.endswith("/")
+
+
 @dataclass(frozen=True)
 class JobKeys:
     """Key names for one run: every key starts with ``root + '/'``."""
@@ -35,10 +44,8 @@ class JobKeys:
     run_id: str
 
     def __post_init__(self) -> None:
-        if not self.prefix.startswith("/") or self.prefix.endswith("/"):
-            raise ValueError(
-                f"invalid key prefix {self.prefix!r}: it must start with '/' and not end with '/'"
-            )
+        if not is_key_prefix(self.prefix):
+            raise ValueError(f"invalid key prefix {self.prefix!r}: it {KEY_PREFIX_RULE}")
         validate_run_id(self.run_id)
 
     @property

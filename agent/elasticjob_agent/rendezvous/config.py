@@ -10,10 +10,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from elasticjob_agent.protocol import defaults
 from elasticjob_agent.protocol.endpoints import TLS_KEYS, Endpoint, parse_endpoints, tls_from_conf
 from elasticjob_agent.protocol.keys import DEFAULT_PREFIX, JobKeys
 
-BACKEND_NAME = "etcd-v3"
+BACKEND_NAME = defaults.BACKEND_NAME
 MAX_REQUEST_TIMEOUT = 5.0
 """The longest deadline of one etcd request: a longer silence counts as an outage (retried)."""
 
@@ -65,16 +66,16 @@ class RendezvousConfig:
     """etcd client addresses, tried in order with failover; each says whether it uses TLS."""
     min_nodes: int
     max_nodes: int
-    join_timeout: float = 600.0
+    join_timeout: float = float(defaults.RDZV_JOIN_TIMEOUT_SECONDS)
     """Seconds a ``next_rendezvous()`` may wait for its round to complete (not retryable)."""
-    last_call_timeout: float = 30.0
+    last_call_timeout: float = float(defaults.RDZV_LAST_CALL_TIMEOUT_SECONDS)
     """Extra wait after the last join once ``min_nodes`` are in, for more nodes to come."""
-    close_timeout: float = 30.0
+    close_timeout: float = float(defaults.RDZV_CLOSE_TIMEOUT_SECONDS)
     """Seconds ``shutdown()`` may spend leaving and closing."""
-    heartbeat: float = 5.0
+    heartbeat: float = float(defaults.RDZV_HEARTBEAT_SECONDS)
     """Lease TTL: a node that stops refreshing for this long is dropped."""
     key_prefix: str = DEFAULT_PREFIX
-    etcd_timeout: float = 300.0
+    etcd_timeout: float = float(defaults.ETCD_TIMEOUT_SECONDS)
     """How long etcd may stay unreachable before ``RendezvousConnectionError``."""
     node_id: str = field(default_factory=default_node_id)
     local_addr: str | None = None

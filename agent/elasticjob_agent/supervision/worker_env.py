@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from elasticjob_agent.protocol import defaults
+from elasticjob_agent.protocol.defaults import COLLECTIVE_TIMEOUT_ENV, TIMER_SOCKET_ENV
 from elasticjob_agent.rendezvous.role_info import RankAssignment
 
-TIMER_SOCKET_ENV = "ELASTICJOB_TIMER_SOCKET"
 TORCH_TIMER_FILE_ENV = "TORCHELASTIC_TIMER_FILE"
-COLLECTIVE_TIMEOUT_ENV = "ELASTICJOB_COLLECTIVE_TIMEOUT_SECONDS"
 
 
 @dataclass(frozen=True)
@@ -37,10 +37,10 @@ class GroupContext:
 class AgentKnobs:
     """Agent-wide settings passed to workers (NCCL failure detection, timers)."""
 
-    nccl_async_error_handling: str = "3"
-    nccl_heartbeat_timeout: float = 600.0
-    nccl_monitoring: str = "1"
-    nccl_collective_timeout: float = 1800.0
+    nccl_async_error_handling: str = str(defaults.NCCL_ASYNC_ERROR_HANDLING)
+    nccl_heartbeat_timeout: float = float(defaults.NCCL_HEARTBEAT_TIMEOUT_SECONDS)
+    nccl_monitoring: str = str(int(defaults.NCCL_MONITORING))
+    nccl_collective_timeout: float = float(defaults.NCCL_COLLECTIVE_TIMEOUT_SECONDS)
     timer_socket: str | None = None
     torch_timer_file: str | None = None
     """The FIFO of torch's ``FileTimerClient`` (``TORCHELASTIC_TIMER_FILE``), served by us."""
@@ -80,9 +80,9 @@ def worker_env(
             "TORCHELASTIC_RUN_ID": ctx.run_id,
             # Workers never talk to the rendezvous store: they get their own TCPStore.
             "TORCHELASTIC_USE_AGENT_STORE": "False",
-            "TORCH_NCCL_ASYNC_ERROR_HANDLING": knobs.nccl_async_error_handling,
-            "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": _seconds(knobs.nccl_heartbeat_timeout),
-            "TORCH_NCCL_ENABLE_MONITORING": knobs.nccl_monitoring,
+            defaults.NCCL_ASYNC_ERROR_HANDLING_ENV: knobs.nccl_async_error_handling,
+            defaults.NCCL_HEARTBEAT_TIMEOUT_ENV: _seconds(knobs.nccl_heartbeat_timeout),
+            defaults.NCCL_MONITORING_ENV: knobs.nccl_monitoring,
             COLLECTIVE_TIMEOUT_ENV: _seconds(knobs.nccl_collective_timeout),
         }
     )

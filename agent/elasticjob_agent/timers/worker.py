@@ -6,7 +6,7 @@ message also counts as a sign of progress in the agent's health report (``lastPr
 
 The agent passes a Unix datagram socket in ``ELASTICJOB_TIMER_SOCKET``. Outside the agent (plain
 ``python train.py``) the variable is absent and ``expires`` does nothing, so scripts stay runnable.
-This module imports only the standard library.
+This module imports only the standard library (and the agent's pure ``protocol.defaults``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-TIMER_SOCKET_ENV = "ELASTICJOB_TIMER_SOCKET"
+from elasticjob_agent.protocol import defaults
+
+TIMER_SOCKET_ENV = defaults.TIMER_SOCKET_ENV
 _MAX_SCOPE = 200
 _MAX_STEP = 2**53
 

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from elasticjob_agent.protocol import defaults
 from elasticjob_agent.protocol.keys import validate_run_id
 
 GROUP = "elasticjob.dev"
@@ -32,7 +33,7 @@ ANNOTATION_STOOD_BY = f"{GROUP}/stood-by"
 ROLE_WORKER = "worker"
 ROLE_ETCD = "etcd"
 
-ETCD_CLIENT_PORT = 2379
+ETCD_CLIENT_PORT = defaults.ETCD_CLIENT_PORT
 ETCD_METRICS_PORT = 2381
 
 # The etcd TLS files, named once. A Secret holds them under these keys (kubernetes.io/tls's

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from elasticjob_agent.protocol import defaults
 from elasticjob_agent.protocol.endpoints import Endpoint, parse_endpoints
 from elasticjob_agent.protocol.failure_policy import (
     FailurePolicy,
@@ -22,6 +23,8 @@ from elasticjob_agent.protocol.failure_policy import (
     parse_policy,
 )
 from elasticjob_agent.protocol.hang_timeout import AutoSettings, HangTimeoutError
+from elasticjob_agent.protocol.integers import IntegerError, bounded_int
+from elasticjob_agent.protocol.keys import KEY_PREFIX_RULE, is_key_prefix
 from elasticjob_agent.protocol.restarts import JOB_MAX_RESTARTS_DEFAULT
 
 from .checkpointing import (
@@ -108,10 +111,10 @@ class CleanPodPolicy(StrEnum):
 
 @dataclass(frozen=True)
 class RendezvousSpec:
-    join_timeout_seconds: int = 600
-    last_call_timeout_seconds: int = 30
-    close_timeout_seconds: int = 30
-    heartbeat_seconds: int = 5
+    join_timeout_seconds: int = defaults.RDZV_JOIN_TIMEOUT_SECONDS
+    last_call_timeout_seconds: int = defaults.RDZV_LAST_CALL_TIMEOUT_SECONDS
+    close_timeout_seconds: int = defaults.RDZV_CLOSE_TIMEOUT_SECONDS
+    heartbeat_seconds: int = defaults.RDZV_HEARTBEAT_SECONDS
 
 
 @dataclass(frozen=True)
@@ -121,7 +124,7 @@ class EtcdSpec:
     """External mode only: the client endpoints, parsed (``host:port`` in the spec; the
     operator adds TLS from ``tls_secret_name``)."""
     image: str = "quay.io/coreos/etcd:v3.5.17"
-    key_prefix: str = "/elasticjob"
+    key_prefix: str = defaults.KEY_PREFIX
     resources: Mapping[str, Any] | None = None
     insecure: bool = False
     """Managed mode: serve etcd in plain HTTP without client certificates (only for agent
@@ -140,10 +143,10 @@ class EtcdSpec:
 
 @dataclass(frozen=True)
 class NcclSpec:
-    collective_timeout_seconds: int = 1800
-    heartbeat_timeout_seconds: int = 600
-    async_error_handling: int = 3
-    monitoring: bool = True
+    collective_timeout_seconds: int = defaults.NCCL_COLLECTIVE_TIMEOUT_SECONDS
+    heartbeat_timeout_seconds: int = defaults.NCCL_HEARTBEAT_TIMEOUT_SECONDS
+    async_error_handling: int = defaults.NCCL_ASYNC_ERROR_HANDLING
+    monitoring: bool = defaults.NCCL_MONITORING
 
 
 @dataclass(frozen=True)
@@ -339,10 +342,22 @@ def _section(spec: Mapping[str, Any], key: str) -> Mapping[str, Any]:
 def _rendezvous(raw: Mapping[str, Any]) -> RendezvousSpec:
     path = "spec.rendezvous."
     result = RendezvousSpec(
-        join_timeout_seconds=_int(raw, "joinTimeoutSeconds", path, minimum=1, default=600),
-        last_call_timeout_seconds=_int(raw, "lastCallTimeoutSeconds", path, minimum=0, default=30),
-        close_timeout_seconds=_int(raw, "closeTimeoutSeconds", path, minimum=1, default=30),
-        heartbeat_seconds=_int(raw, "heartbeatSeconds", path, minimum=1, default=5),
+        join_timeout_seconds=_int(
+            raw, "joinTimeoutSeconds", path, minimum=1, default=defaults.RDZV_JOIN_TIMEOUT_SECONDS
+        ),
+        last_call_timeout_seconds=_int(
+            raw,
+            "lastCallTimeoutSeconds",
+            path,
+            minimum=0,
+            default=defaults.RDZV_LAST_CALL_TIMEOUT_SECONDS,
+        ),
+        close_timeout_seconds=_int(
+            raw, "closeTimeoutSeconds", path, minimum=1, default=defaults.RDZV_CLOSE_TIMEOUT_SECONDS
+        ),
+        heartbeat_seconds=_int(
+            raw, "heartbeatSeconds", path, minimum=1, default=defaults.RDZV_HEARTBEAT_SECONDS
+        ),
     )
     if result.last_call_timeout_seconds >= result.join_timeout_seconds:
         raise SpecError(
@@ -383,11 +398,9 @@ def _etcd(raw: Mapping[str, Any]) -> EtcdSpec:
         )
     if mode is EtcdMode.MANAGED and endpoints:
         raise SpecError("spec.etcd.endpoints must be empty when spec.etcd.mode is Managed")
-    prefix = raw.get("keyPrefix", "/elasticjob")
-    if not isinstance(prefix, str) or not prefix.startswith("/") or prefix.endswith("/"):
-        raise SpecError(
-            f"spec.etcd.keyPrefix must start with '/' and not end with '/', got {prefix!r}"
-        )
+    prefix = raw.get("keyPrefix", defaults.KEY_PREFIX)
+    if not isinstance(prefix, str) or not is_key_prefix(prefix):
+        raise SpecError(f"spec.etcd.keyPrefix {KEY_PREFIX_RULE}, got {prefix!r}")
     image = raw.get("image", EtcdSpec.image)
     if not isinstance(image, str) or not image:
         raise SpecError("spec.etcd.image must be a non-empty image reference")
@@ -423,18 +436,28 @@ _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 def _nccl(raw: Mapping[str, Any]) -> NcclSpec:
     path = "spec.nccl."
-    monitoring = raw.get("monitoring", True)
+    monitoring = raw.get("monitoring", defaults.NCCL_MONITORING)
     if not isinstance(monitoring, bool):
         raise SpecError(f"spec.nccl.monitoring must be true or false, got {monitoring!r}")
-    async_handling = _int(raw, "asyncErrorHandling", path, minimum=0, default=3)
+    async_handling = _int(
+        raw, "asyncErrorHandling", path, minimum=0, default=defaults.NCCL_ASYNC_ERROR_HANDLING
+    )
     if async_handling > 3:
         raise SpecError(f"spec.nccl.asyncErrorHandling must be 0-3, got {async_handling}")
     return NcclSpec(
         collective_timeout_seconds=_int(
-            raw, "collectiveTimeoutSeconds", path, minimum=1, default=1800
+            raw,
+            "collectiveTimeoutSeconds",
+            path,
+            minimum=1,
+            default=defaults.NCCL_COLLECTIVE_TIMEOUT_SECONDS,
         ),
         heartbeat_timeout_seconds=_int(
-            raw, "heartbeatTimeoutSeconds", path, minimum=1, default=600
+            raw,
+            "heartbeatTimeoutSeconds",
+            path,
+            minimum=1,
+            default=defaults.NCCL_HEARTBEAT_TIMEOUT_SECONDS,
         ),
         async_error_handling=async_handling,
         monitoring=monitoring,
@@ -479,11 +502,12 @@ def _int(
             raise SpecError(f"{name} is required")
         return default
     value = raw[key]
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise SpecError(f"{name} must be an integer, got {value!r}")
-    if value < minimum:
-        raise SpecError(f"{name} must be >= {minimum}, got {value}")
-    return value
+    try:
+        return bounded_int(value, minimum)
+    except IntegerError as exc:
+        if exc.out_of_range:
+            raise SpecError(f"{name} must be >= {minimum}, got {value}") from None
+        raise SpecError(f"{name} must be an integer, got {value!r}") from None
 
 
 def parse_job(body: Mapping[str, Any]) -> JobSpec:

@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import Any
 
 from elasticjob_agent.protocol.failure_policy import FailurePolicyError, PolicyDecision
+from elasticjob_agent.protocol.integers import IntegerError, bounded_int
 
 from . import restarts
 from .conditions import rfc3339
@@ -231,9 +232,11 @@ def _list(value: Any) -> list[Any]:
 
 
 def _int(value: Any, default: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
+    """``value`` if it is an integer, else ``default`` (a status is read leniently)."""
+    try:
+        return bounded_int(value)
+    except IntegerError:
         return default
-    return value
 
 
 def _float(value: Any) -> float | None:

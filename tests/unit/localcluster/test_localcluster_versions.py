@@ -12,7 +12,7 @@ import pytest
 import yaml
 from elasticjob_localcluster import versions
 from elasticjob_localcluster.config import repo_root
-from elasticjob_operator.spec import EtcdSpec
+from elasticjob_operator.core.spec import EtcdSpec
 
 REPO = repo_root()
 

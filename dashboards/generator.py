@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from elasticjob_agent.protocol.restarts import SPENDS_BUDGET
-from elasticjob_operator.stall import StallReason
+from elasticjob_operator.core.stall import StallReason
 from grafana_foundation_sdk.builders import common as common_builders
 from grafana_foundation_sdk.builders import dashboard as dashboard_builders
 from grafana_foundation_sdk.builders import prometheus, stat, statetimeline, timeseries

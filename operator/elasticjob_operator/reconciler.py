@@ -140,7 +140,7 @@ class JobLoop:
     ) -> StepResult:
         # Observe: the body (parsed once), the indexes, then the Secret, Kueue and the probes.
         job = self._job
-        spec = parse_job(body)
+        spec = parse_job(body, etcd_image=self._settings.etcd_image or None)
         status = self.status_writer.base(
             JobStatus.from_json(body.get("status")),
             (body.get("metadata") or {}).get("resourceVersion"),

@@ -147,6 +147,14 @@ VARIABLES: tuple[Variable, ...] = (
         _number,
     ),
     Variable(
+        "loop.etcd_image",
+        "ELASTICJOB_ETCD_IMAGE",
+        _default_of(LoopSettings, "etcd_image"),
+        "Image of the managed etcd of jobs that set no ``spec.etcd.image`` (an air-gapped "
+        "registry's copy); empty: the operator's built-in default.",
+        _text,
+    ),
+    Variable(
         "loop.stall.etcd_unavailable_after",
         "ELASTICJOB_ETCD_UNAVAILABLE_AFTER_SECONDS",
         _default_of(StallSettings, "etcd_unavailable_after"),

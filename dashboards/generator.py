@@ -246,6 +246,66 @@ def rows() -> tuple[Row, ...]:
             ),
         ),
         Row(
+            "Budget, spares and etcd (operator)",
+            (
+                _timeseries(
+                    "Restart budget used",
+                    f"Restarts that spend spec.maxRestarts (reasons {BUDGET_REASONS}) over"
+                    " maxRestarts: the job fails once the budget is spent.",
+                    [
+                        Query(
+                            "sum by (namespace, job) (elasticjob_job_restarts"
+                            f'{{{JOB}, reason=~"{BUDGET_REASONS}"}}'
+                            f" or 0 * elasticjob_job_max_restarts{{{JOB}}})"
+                            " / max by (namespace, job)"
+                            f" (elasticjob_job_max_restarts{{{JOB}}})",
+                            "{{namespace}}/{{job}}",
+                        )
+                    ],
+                    width=6,
+                    unit="percentunit",
+                ),
+                _timeseries(
+                    "Spares ready",
+                    "Hot spares standing by, started and warm (status.readySpares).",
+                    [
+                        Query(
+                            f"max by (namespace, job) (elasticjob_job_spares_ready{{{JOB}}})",
+                            "{{namespace}}/{{job}}",
+                        )
+                    ],
+                    width=6,
+                ),
+                _timeseries(
+                    "etcd reachable (operator probes)",
+                    "1 while the operator's probes reach the job's etcd, 0 while they fail"
+                    " (status.etcd.unreachableSince).",
+                    [
+                        Query(
+                            f"min by (namespace, job) (elasticjob_job_etcd_reachable{{{JOB}}})",
+                            "{{namespace}}/{{job}}",
+                        )
+                    ],
+                    width=6,
+                ),
+                _timeseries(
+                    "Failure-policy decisions",
+                    "Decisions of spec.failurePolicy rules per interval, by action (FailJob,"
+                    " Ignore, Count); empty while no rule matched.",
+                    [
+                        Query(
+                            "sum by (namespace, job, action) (increase("
+                            "elasticjob_job_failure_policy_decisions_total"
+                            f"{{{JOB}}}[$__rate_interval]))",
+                            "{{namespace}}/{{job}} {{action}}",
+                        )
+                    ],
+                    width=6,
+                    bars=True,
+                ),
+            ),
+        ),
+        Row(
             "Stalls",
             (
                 _timeseries(
@@ -437,8 +497,8 @@ def build() -> dict[str, Any]:
         .uid("elasticjob")
         .description(
             "Elastic PyTorch training jobs: phases, job-wide restarts by reason and the restart"
-            " budget, stalls, etcd reachability, world size, rendezvous time and training"
-            " progress. Metrics: docs/contracts.md."
+            " budget, spares, failure-policy decisions, stalls, etcd reachability, world size,"
+            " rendezvous time and training progress. Metrics: docs/contracts.md."
         )
         .tags(["elasticjob", "pytorch", "kubernetes"])
         .editable()

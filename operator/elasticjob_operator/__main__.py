@@ -1,7 +1,8 @@
 """``elasticjob-operator``: run the operator (a thin wrapper around ``kopf.run``).
 
 Flags: ``--namespace NS`` (repeatable) or ``--all-namespaces``, ``--liveness URL``,
-``--verbose``. Other settings come from the environment (``settings.OperatorSettings``).
+``--verbose``, ``--log-format text|json``. Other settings come from the environment
+(``settings.OperatorSettings``).
 
 With leader election (the default) the process first acquires the Lease, standing by (and
 answering its liveness probe) while another operator holds it; it runs kopf only while it holds
@@ -21,7 +22,10 @@ from collections.abc import Collection, Sequence
 import kopf
 from aiohttp import web
 
-from . import handlers  # noqa: F401 - importing registers the handlers with kopf
+from . import (
+    handlers,  # noqa: F401 - importing registers the handlers with kopf
+    logs,
+)
 from .election import Elector, LeaseKeeper
 from .kube import Kube
 from .settings import OperatorSettings, SettingsError
@@ -53,6 +57,12 @@ def _parser() -> argparse.ArgumentParser:
         "(default: port ELASTICJOB_HEALTH_PORT)",
     )
     parser.add_argument("--verbose", "-v", action="store_true", help="debug logging")
+    parser.add_argument(
+        "--log-format",
+        choices=logs.LOG_FORMATS,
+        default=None,
+        help="text lines, or one JSON object a line (default: ELASTICJOB_LOG_FORMAT, else text)",
+    )
     return parser
 
 
@@ -64,10 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"elasticjob-operator: {exc}", file=sys.stderr)
         return 2
     level = "debug" if args.verbose else settings.log_level
-    logging.basicConfig(
-        level=getattr(logging, level.upper()),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    logs.configure(level, args.log_format or settings.log_format)
     namespaces = tuple(args.namespace) or (() if args.all_namespaces else settings.watch_namespaces)
     liveness = args.liveness or (
         f"http://0.0.0.0:{settings.health_port}/healthz" if settings.health_port else None

@@ -8,6 +8,7 @@ registers the handlers with kopf's default registry.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable
@@ -43,6 +44,10 @@ _wakeups: dict[tuple[str, str], asyncio.Event] = {}
 """Per job (namespace, name): set when something it owns changed, so its loop runs at once."""
 
 
+_gone: set[str] = set()
+"""Uids of deleted jobs whose loop has not ended yet (see ``_without_finalizer``)."""
+
+
 def _wake(namespace: str | None, job: str | None) -> None:
     if namespace and job:
         event = _wakeups.get((namespace, job))
@@ -55,6 +60,8 @@ async def startup(*, settings: kopf.OperatorSettings, memo: Any, **_: Any) -> No
     ours = OperatorSettings.from_env()
     settings.posting.enabled = False  # we post our own Events, with meaningful reasons
     settings.peering.standalone = True  # one replica (the chart's Deployment uses Recreate)
+    # No handler needs a finalizer (``_without_finalizer``); naming the one earlier versions
+    # added lets kopf remove it from the jobs that still carry it.
     settings.persistence.finalizer = f"{names.GROUP}/operator"
     settings.watching.server_timeout = 300
     settings.scanning.disabled = True  # no CRD watching: RBAC needs no customresourcedefinitions
@@ -108,8 +115,12 @@ async def elasticjob_lost_nodes(*, body: kopf.Body, name: str, **_: Any) -> dict
 
 
 @kopf.on.event(names.GROUP, names.VERSION, names.PLURAL)
-async def job_changed(*, namespace: str | None, name: str, **_: Any) -> None:
-    """Any change of the job (spec edit, kubectl scale) wakes its loop."""
+async def job_changed(
+    *, type: str | None, namespace: str | None, name: str, uid: str, **_: Any
+) -> None:
+    """Any change of the job (spec edit, kubectl scale) wakes its loop; a deletion ends it."""
+    if type == "DELETED" and (namespace, name) in _wakeups:
+        _gone.add(uid)
     _wake(namespace, name)
 
 
@@ -153,7 +164,7 @@ async def reconcile_job(
     errors = 0
     """Steps in a row that raised an API error (``retry.py`` decides the wait)."""
     try:
-        while not stopped:
+        while not stopped and uid not in _gone:
             wake.clear()
             generation = generation_of(body)
             interval = settings.loop.interval
@@ -194,11 +205,35 @@ async def reconcile_job(
             await _sleep(stopped, wake, interval)
     finally:
         _wakeups.pop((namespace, name), None)
-        if (
+        deleted = uid in _gone or (
             stopped.reason is not None
-            and stopped.reason & kopf.DaemonStoppingReason.RESOURCE_DELETED
-        ):
+            and bool(stopped.reason & kopf.DaemonStoppingReason.RESOURCE_DELETED)
+        )
+        _gone.discard(uid)
+        if deleted:
             metrics.forget(namespace, name)
+
+
+def _without_finalizer(daemon: Any, registry: kopf.OperatorRegistry | None = None) -> None:
+    """Register ``daemon`` so that it puts no finalizer on the jobs it serves.
+
+    kopf gives every daemon a finalizer so that it can stop the daemon before the object goes.
+    Ours would buy nothing: every object of a job carries an ownerReference to it, so the
+    garbage collector removes them, and the operator keeps nothing else per job but its metric
+    series. And it costs much: with the operator gone (``helm uninstall``), nobody removes the
+    finalizer, so deleting a job, or the CRD, hangs. Without it the loop ends on the job's
+    DELETED event instead (``job_changed``), and a job that still carries the finalizer of an
+    earlier version loses it at the operator's first sight of it (kopf removes a finalizer no
+    handler requires).
+    """
+    spawning = (registry or kopf.get_default_registry())._spawning
+    spawning._handlers = [
+        dataclasses.replace(h, requires_finalizer=False) if h.fn is daemon else h
+        for h in spawning._handlers
+    ]
+
+
+_without_finalizer(reconcile_job)
 
 
 def _flatten(index: kopf.Index[str, bool]) -> list[tuple[str, bool]]:

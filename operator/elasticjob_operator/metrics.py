@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Mapping
 
+from elasticjob_agent.protocol.failure_policy import Action, PolicyDecision
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 from .core.stall import StallReason
@@ -33,6 +34,24 @@ STEP = Gauge("elasticjob_job_step", "Training step the agents report (status.pro
 STEPS_PER_SECOND = Gauge(
     "elasticjob_job_steps_per_second", "Training steps per second (status.progress)", JOB
 )
+MAX_RESTARTS = Gauge(
+    "elasticjob_job_max_restarts", "The job's restart budget (spec.maxRestarts)", JOB
+)
+SPARES_READY = Gauge(
+    "elasticjob_job_spares_ready", "Hot spares standing by ready (status.readySpares)", JOB
+)
+ETCD_REACHABLE = Gauge(
+    "elasticjob_job_etcd_reachable",
+    "1 while the operator's probes reach the job's etcd, 0 while they fail"
+    " (status.etcd.unreachableSince)",
+    JOB,
+)
+POLICY_DECISIONS = Counter(
+    "elasticjob_job_failure_policy_decisions",
+    "Failure-policy decisions recorded in the job's status, by action (FailJob, Ignore, Count)",
+    [*JOB, "action"],
+)
+POLICY_ACTIONS = tuple(action.value for action in Action)
 STALLS = Counter("elasticjob_job_stalls_total", "Stalls detected, by reason", [*JOB, "reason"])
 STALLED = Gauge("elasticjob_job_stalled", "1 while the job is stalled for reason", [*JOB, "reason"])
 STEADY_CHECKS = Counter(
@@ -70,8 +89,14 @@ def serve(port: int) -> None:
         start_http_server(port)
 
 
-def publish(namespace: str, job: str, status: JobStatus) -> None:
-    """Set every per-job series from ``status``."""
+def publish(
+    namespace: str, job: str, status: JobStatus, *, max_restarts: int | None = None
+) -> None:
+    """Set every per-job series from ``status`` (and the budget, ``spec.maxRestarts``)."""
+    if max_restarts is not None:
+        MAX_RESTARTS.labels(namespace, job).set(max_restarts)
+    SPARES_READY.labels(namespace, job).set(status.ready_spares)
+    ETCD_REACHABLE.labels(namespace, job).set(0 if status.etcd.unreachable_since else 1)
     for phase in Phase:
         PHASE.labels(namespace, job, phase.value).set(1 if status.phase is phase else 0)
     reasons = _known_reasons.setdefault((namespace, job), set())
@@ -94,6 +119,15 @@ def stall_started(namespace: str, job: str, reason: str) -> None:
     STALLS.labels(namespace, job, reason).inc()
 
 
+def decision_taken(
+    namespace: str, job: str, before: PolicyDecision | None, after: PolicyDecision | None
+) -> None:
+    """Count ``after`` by its action when a step's written status took it up in place of
+    ``before`` (``status.failurePolicy`` holds the latest decision, so each counts once)."""
+    if after is not None and after != before:
+        POLICY_DECISIONS.labels(namespace, job, after.action.value).inc()
+
+
 def forget(namespace: str, job: str) -> None:
     """Drop the series of a deleted job."""
     reasons = _known_reasons.pop((namespace, job), set())
@@ -101,8 +135,19 @@ def forget(namespace: str, job: str) -> None:
         _remove(RESTARTS, namespace, job, reason)
     for phase in Phase:
         _remove(PHASE, namespace, job, phase.value)
-    for gauge in (WORLD_SIZE, ROUND, RDZV_DURATION, STEP, STEPS_PER_SECOND):
+    for gauge in (
+        WORLD_SIZE,
+        ROUND,
+        RDZV_DURATION,
+        STEP,
+        STEPS_PER_SECOND,
+        MAX_RESTARTS,
+        SPARES_READY,
+        ETCD_REACHABLE,
+    ):
         _remove(gauge, namespace, job)
+    for action in POLICY_ACTIONS:
+        _remove(POLICY_DECISIONS, namespace, job, action)
     for reason in STALL_REASONS:
         _remove(STALLED, namespace, job, reason)
         _remove(STALLS, namespace, job, reason)

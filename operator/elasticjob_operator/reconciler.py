@@ -140,7 +140,7 @@ class JobLoop:
     ) -> StepResult:
         # Observe: the body (parsed once), the indexes, then the Secret, Kueue and the probes.
         job = self._job
-        spec = parse_job(body)
+        spec = parse_job(body, etcd_image=self._settings.etcd_image or None)
         status = self.status_writer.base(
             JobStatus.from_json(body.get("status")),
             (body.get("metadata") or {}).get("resourceVersion"),
@@ -195,7 +195,10 @@ class JobLoop:
         await self._executor.post_events(events, now)
         if plan.new_stall is not None:
             metrics.stall_started(job.namespace, job.name, plan.new_stall)
-        metrics.publish(job.namespace, job.name, new_status)
+        metrics.decision_taken(
+            job.namespace, job.name, status.failure_policy, new_status.failure_policy
+        )
+        metrics.publish(job.namespace, job.name, new_status, max_restarts=spec.max_restarts)
         interval = self._pacing.next_interval(
             new_status,
             workers,

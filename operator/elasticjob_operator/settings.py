@@ -22,6 +22,7 @@ from .core import leadership, netpol
 from .core.cadence import CadenceSettings
 from .core.loop_settings import LoopSettings
 from .core.stall import StallSettings
+from .logs import LOG_FORMATS
 
 _INSTANCE = uuid.uuid4().hex[:8]
 """Tells this process from an earlier one of the same pod or host in the Lease."""
@@ -102,6 +103,13 @@ def _level(env: Mapping[str, str], row: Variable) -> str:
     return str(level)
 
 
+def _log_format(env: Mapping[str, str], row: Variable) -> str:
+    value = (env.get(row.env) or row.default).lower()
+    if value not in LOG_FORMATS:
+        raise SettingsError(f"{row.env} must be text or json, got {value!r}")
+    return str(value)
+
+
 def _own_namespace(env: Mapping[str, str], row: Variable) -> str:
     return env.get(row.env) or env.get("POD_NAMESPACE") or str(row.default)
 
@@ -140,11 +148,27 @@ VARIABLES: tuple[Variable, ...] = (
         _level,
     ),
     Variable(
+        "log_format",
+        "ELASTICJOB_LOG_FORMAT",
+        "text",
+        "``text`` or ``json`` (one object a line: time, level, logger, message, and the job's "
+        "namespace and name where known).",
+        _log_format,
+    ),
+    Variable(
         "loop.interval",
         "ELASTICJOB_INTERVAL_SECONDS",
         _default_of(LoopSettings, "interval"),
         "Seconds between reconcile steps of an active job (stall detection resolution).",
         _number,
+    ),
+    Variable(
+        "loop.etcd_image",
+        "ELASTICJOB_ETCD_IMAGE",
+        _default_of(LoopSettings, "etcd_image"),
+        "Image of the managed etcd of jobs that set no ``spec.etcd.image`` (an air-gapped "
+        "registry's copy); empty: the operator's built-in default.",
+        _text,
     ),
     Variable(
         "loop.stall.etcd_unavailable_after",
@@ -262,6 +286,7 @@ class OperatorSettings:
     health_port: int = _default("health_port")
     watch_namespaces: tuple[str, ...] = _default("watch_namespaces")
     log_level: str = _default("log_level")
+    log_format: str = _default("log_format")
     loop: LoopSettings = field(default_factory=LoopSettings)
     """Reconcile interval, stall thresholds and a steady job's probe periods (``loop.*`` rows),
     and the jobs' NetworkPolicies (``_policies``)."""

@@ -30,5 +30,8 @@ class LoopSettings:
     cadence: cadence.CadenceSettings = field(default_factory=cadence.CadenceSettings)
     """Probe periods of a steady job (``cadence.py``)."""
     stall: StallSettings = field(default_factory=StallSettings)
+    etcd_image: str = ""
+    """The managed etcd's image of jobs that set no ``spec.etcd.image`` (the chart's
+    ``etcd.image``); empty: ``spec.EtcdSpec.image``."""
     policies: PolicySettings | None = None
     """Create the job's NetworkPolicies letting these peers in; ``None``: create none."""

@@ -233,18 +233,82 @@ def build_worker_pod(job: names.JobRef, spec: JobSpec, index: int, attempt: int)
     }
 
 
-def _placement(spec: JobSpec) -> dict[str, Any]:
-    """Where the managed etcd may run: where the job's workers may (their template's node
-    selector, tolerations and node affinity), so it is reachable from them and schedulable on
-    clusters whose training nodes are tainted or set apart."""
+GPU_LABEL_DOMAIN = "nvidia.com/"
+"""Node labels, taints and resources of GPUs (the device plugin's and GPU feature discovery's):
+what of the workers' placement the managed etcd does not inherit."""
+
+
+def _not_gpu(key: object) -> bool:
+    return not (isinstance(key, str) and key.startswith(GPU_LABEL_DOMAIN))
+
+
+def _without_gpu_terms(node_affinity: Mapping[str, Any]) -> dict[str, Any]:
+    """``node_affinity`` less its expressions on GPU labels; a term left empty is dropped (an
+    empty term would match no node), and so is a rule left without terms."""
+
+    def term(raw: Mapping[str, Any]) -> dict[str, Any]:
+        kept = {
+            part: [e for e in raw.get(part) or [] if _not_gpu(e.get("key"))]
+            for part in ("matchExpressions", "matchFields")
+        }
+        return {part: exprs for part, exprs in kept.items() if exprs}
+
+    result: dict[str, Any] = {}
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    terms = [t for t in (term(t) for t in required.get("nodeSelectorTerms") or []) if t]
+    if terms:
+        result["requiredDuringSchedulingIgnoredDuringExecution"] = {"nodeSelectorTerms": terms}
+    preferred = [
+        {**p, "preference": term(p.get("preference") or {})}
+        for p in node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution") or []
+    ]
+    preferred = [p for p in preferred if p["preference"]]
+    if preferred:
+        result["preferredDuringSchedulingIgnoredDuringExecution"] = preferred
+    return copy.deepcopy(result)
+
+
+def etcd_placement(spec: JobSpec) -> dict[str, Any]:
+    """Where the managed etcd may run, and at what priority: ``spec.etcd``'s ``nodeSelector``,
+    ``tolerations``, ``affinity`` and ``priorityClassName`` where set. What is unset follows the
+    workers' template (so the etcd stays where its agents can reach it, e.g. on a tainted pool)
+    less everything on GPU labels and taints (``GPU_LABEL_DOMAIN``): the etcd needs no GPU and
+    must not take a GPU node's place. The template's ``imagePullSecrets`` always come along (a
+    private registry serves the etcd image too)."""
+    etcd = spec.etcd
     template_spec = spec.template.get("spec") or {}
     placement: dict[str, Any] = {}
-    for key in ("nodeSelector", "tolerations"):
-        if template_spec.get(key):
-            placement[key] = copy.deepcopy(template_spec[key])
-    node_affinity = (template_spec.get("affinity") or {}).get("nodeAffinity")
-    if node_affinity:
-        placement["affinity"] = {"nodeAffinity": copy.deepcopy(node_affinity)}
+    if etcd.node_selector is not None:
+        selector = dict(etcd.node_selector)
+    else:
+        selector = {
+            k: v for k, v in (template_spec.get("nodeSelector") or {}).items() if _not_gpu(k)
+        }
+    if selector:
+        placement["nodeSelector"] = selector
+    if etcd.tolerations is not None:
+        tolerations = [copy.deepcopy(dict(t)) for t in etcd.tolerations]
+    else:
+        tolerations = [
+            copy.deepcopy(dict(t))
+            for t in template_spec.get("tolerations") or []
+            if isinstance(t, Mapping) and _not_gpu(t.get("key"))
+        ]
+    if tolerations:
+        placement["tolerations"] = tolerations
+    if etcd.affinity is not None:
+        affinity = copy.deepcopy(dict(etcd.affinity))
+    else:
+        inherited = (template_spec.get("affinity") or {}).get("nodeAffinity")
+        node_affinity = _without_gpu_terms(inherited) if inherited else {}
+        affinity = {"nodeAffinity": node_affinity} if node_affinity else {}
+    if affinity:
+        placement["affinity"] = affinity
+    priority = etcd.priority_class_name or template_spec.get("priorityClassName")
+    if priority:
+        placement["priorityClassName"] = priority
+    if template_spec.get("imagePullSecrets"):
+        placement["imagePullSecrets"] = copy.deepcopy(template_spec["imagePullSecrets"])
     return placement
 
 
@@ -333,7 +397,7 @@ def build_etcd_pod(job: names.JobRef, spec: JobSpec, generation: int) -> dict[st
             "ownerReferences": [job.owner_reference()],
         },
         "spec": {
-            **_placement(spec),
+            **etcd_placement(spec),
             "restartPolicy": "Never",
             "securityContext": {
                 "runAsNonRoot": True,

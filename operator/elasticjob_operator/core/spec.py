@@ -132,6 +132,16 @@ class EtcdSpec:
     tls_secret_name: str | None = None
     """External mode: Secret with ``ca.crt``, ``tls.crt`` and ``tls.key`` (a client
     certificate) for a TLS etcd; ``None``: plain HTTP."""
+    node_selector: Mapping[str, str] | None = None
+    """Managed mode: the etcd pod's ``nodeSelector``; ``None``: the template's, less its GPU
+    entries (``manifests.etcd_placement``)."""
+    tolerations: tuple[Mapping[str, Any], ...] | None = None
+    """Managed mode: the etcd pod's tolerations; ``None``: the template's, less its GPU ones."""
+    affinity: Mapping[str, Any] | None = None
+    """Managed mode: the etcd pod's affinity; ``None``: the template's node affinity, less its
+    GPU terms."""
+    priority_class_name: str | None = None
+    """Managed mode: the etcd pod's priority class; ``None``: the template's."""
 
     @property
     def tls(self) -> bool:
@@ -220,8 +230,11 @@ def trainer_container_index(containers: list[Any]) -> int:
     )
 
 
-def parse_spec(spec: Mapping[str, Any]) -> JobSpec:
-    """Parse and check ``spec``; raise ``SpecError`` naming the first bad field."""
+def parse_spec(spec: Mapping[str, Any], *, etcd_image: str | None = None) -> JobSpec:
+    """Parse and check ``spec``; raise ``SpecError`` naming the first bad field.
+
+    ``etcd_image``: the managed etcd's image when ``spec.etcd.image`` is unset (the operator's
+    setting, from the chart); ``None``: ``EtcdSpec.image``."""
     if not isinstance(spec, Mapping):
         raise SpecError("spec must be an object")
     replicas = _int(spec, "replicas", "spec.replicas", minimum=1, required=True)
@@ -295,7 +308,7 @@ def parse_spec(spec: Mapping[str, Any]) -> JobSpec:
             minimum=MIN_PROGRESS_TIMEOUT_SECONDS,
             default=None,
         ),
-        etcd=_etcd(_section(spec, "etcd")),
+        etcd=_etcd(_section(spec, "etcd"), etcd_image),
         nccl=_nccl(_section(spec, "nccl")),
         run_policy=_run_policy(_section(spec, "runPolicy")),
         template=copy.deepcopy(dict(template)),
@@ -384,7 +397,7 @@ def _endpoints(raw: Any) -> tuple[Endpoint, ...]:
     return tuple(parsed)
 
 
-def _etcd(raw: Mapping[str, Any]) -> EtcdSpec:
+def _etcd(raw: Mapping[str, Any], default_image: str | None = None) -> EtcdSpec:
     try:
         mode = EtcdMode(raw.get("mode", "Managed"))
     except ValueError:
@@ -401,7 +414,7 @@ def _etcd(raw: Mapping[str, Any]) -> EtcdSpec:
     prefix = raw.get("keyPrefix", defaults.KEY_PREFIX)
     if not isinstance(prefix, str) or not is_key_prefix(prefix):
         raise SpecError(f"spec.etcd.keyPrefix {KEY_PREFIX_RULE}, got {prefix!r}")
-    image = raw.get("image", EtcdSpec.image)
+    image = raw.get("image", default_image or EtcdSpec.image)
     if not isinstance(image, str) or not image:
         raise SpecError("spec.etcd.image must be a non-empty image reference")
     resources = raw.get("resources")
@@ -420,6 +433,12 @@ def _etcd(raw: Mapping[str, Any]) -> EtcdSpec:
         )
     if mode is EtcdMode.EXTERNAL and insecure:
         raise SpecError("spec.etcd.insecure is for Managed mode; External mode uses tlsSecretName")
+    placement = _etcd_placement(raw)
+    if mode is EtcdMode.EXTERNAL and placement:
+        raise SpecError(
+            f"spec.etcd.{next(iter(placement))} is for Managed mode; the operator does not "
+            "place an external etcd"
+        )
     return EtcdSpec(
         mode=mode,
         endpoints=endpoints,
@@ -428,7 +447,46 @@ def _etcd(raw: Mapping[str, Any]) -> EtcdSpec:
         resources=copy.deepcopy(dict(resources)) if resources else None,
         insecure=insecure,
         tls_secret_name=secret,
+        node_selector=placement.get("nodeSelector"),
+        tolerations=placement.get("tolerations"),
+        affinity=placement.get("affinity"),
+        priority_class_name=placement.get("priorityClassName"),
     )
+
+
+def _etcd_placement(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """``spec.etcd``'s placement fields that are set, checked and copied (by CRD name)."""
+    placement: dict[str, Any] = {}
+    selector = raw.get("nodeSelector")
+    if selector is not None:
+        if not isinstance(selector, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in selector.items()
+        ):
+            raise SpecError(
+                f"spec.etcd.nodeSelector must map label keys to string values, got {selector!r}"
+            )
+        placement["nodeSelector"] = dict(selector)
+    tolerations = raw.get("tolerations")
+    if tolerations is not None:
+        if not isinstance(tolerations, list):
+            raise SpecError(f"spec.etcd.tolerations must be a list, got {tolerations!r}")
+        for i, toleration in enumerate(tolerations):
+            if not isinstance(toleration, Mapping):
+                raise SpecError(f"spec.etcd.tolerations[{i}] must be an object, got {toleration!r}")
+        placement["tolerations"] = tuple(copy.deepcopy(dict(t)) for t in tolerations)
+    affinity = raw.get("affinity")
+    if affinity is not None:
+        if not isinstance(affinity, Mapping):
+            raise SpecError(f"spec.etcd.affinity must be an object, got {affinity!r}")
+        placement["affinity"] = copy.deepcopy(dict(affinity))
+    priority = raw.get("priorityClassName")
+    if priority is not None:
+        if not isinstance(priority, str) or not _DNS_SUBDOMAIN.match(priority):
+            raise SpecError(
+                f"spec.etcd.priorityClassName must name a PriorityClass, got {priority!r}"
+            )
+        placement["priorityClassName"] = priority
+    return placement
 
 
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
@@ -510,12 +568,13 @@ def _int(
         raise SpecError(f"{name} must be an integer, got {value!r}") from None
 
 
-def parse_job(body: Mapping[str, Any]) -> JobSpec:
+def parse_job(body: Mapping[str, Any], *, etcd_image: str | None = None) -> JobSpec:
     """The spec of the job ``body``, Kueue's part included (``spec.queueName`` and the job's
-    labels and annotations): the one parse of a reconcile step. Raises ``SpecError``."""
+    labels and annotations): the one parse of a reconcile step. Raises ``SpecError``.
+    ``etcd_image`` as in ``parse_spec``."""
     spec = body.get("spec") or {}
     return dataclasses.replace(
-        parse_spec(spec), kueue=parse_kueue(spec, body.get("metadata") or {})
+        parse_spec(spec, etcd_image=etcd_image), kueue=parse_kueue(spec, body.get("metadata") or {})
     )
 
 

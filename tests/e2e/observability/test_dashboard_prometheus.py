@@ -34,6 +34,12 @@ AGENT_PORT = 29401
 OPERATOR_PORT = 8080
 # Grafana's $__rate_interval is at least four scrape intervals; 1 s scrapes make 15 s ample.
 RATE_INTERVAL = "15s"
+#: Panels whose queries legitimately have no data in this scenario, with the reason. Each is
+#: still checked to read only exported series (tests/unit/dashboard); here only "no data" is
+#: forgiven, and only for these.
+MAY_BE_EMPTY = {
+    "Failure-policy decisions": "the example job sets no spec.failurePolicy, so no rule decides",
+}
 
 
 def _operator_ips(ops: ClusterAdapter, namespace: str) -> list[str]:
@@ -101,6 +107,8 @@ def test_every_dashboard_query_returns_data(cluster: LocalCluster, tmp_path: Pat
 
         empty = []
         for q in queries():
+            if q.panel in MAY_BE_EMPTY:
+                continue
             result = prom.query_range(q.expanded(RATE_INTERVAL), started, ended, step=2.0)
             if not finite_points(result):
                 empty.append(f"{q.panel} [{q.ref_id}]: {q.expanded(RATE_INTERVAL)}")

@@ -98,3 +98,31 @@ def helm_test_pod(docs: Iterable[Manifest]) -> Manifest:
     if len(pods) != 1:
         raise AssertionError(f"expected one helm test pod, found {len(pods)}")
     return pods[0]
+
+
+def crd_schema() -> dict[str, Any]:
+    """The OpenAPI schema of the CRD's storage version (crds/elasticjob.yaml)."""
+    crd = yaml.safe_load((REPO / "crds" / "elasticjob.yaml").read_text())
+    (version,) = [v for v in crd["spec"]["versions"] if v["storage"]]
+    schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]
+    return schema
+
+
+def as_json_schema(node: Any) -> Any:
+    """OpenAPI v3 (structural) to JSON Schema: drop the x-kubernetes-* extensions, and turn
+    ``x-kubernetes-int-or-string`` into the union it means."""
+    if isinstance(node, list):
+        return [as_json_schema(n) for n in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: as_json_schema(v) for k, v in node.items() if not k.startswith("x-kubernetes-")}
+    if node.get("x-kubernetes-int-or-string"):
+        out["type"] = ["integer", "string"]
+    if (
+        node.get("type") == "object"
+        and "properties" in node
+        and not node.get("x-kubernetes-preserve-unknown-fields")
+    ):
+        # A structural schema prunes unknown fields; for an example that is a silent typo.
+        out.setdefault("additionalProperties", False)
+    return out

@@ -243,3 +243,14 @@ def test_network_policy_peers_reach_the_operator_as_labels() -> None:
     assert env["ELASTICJOB_PROMETHEUS_NAMESPACE_LABELS"] == "team=monitoring"
     assert env["ELASTICJOB_PROMETHEUS_POD_LABELS"] == "app=prometheus"
     assert "ELASTICJOB_PROMETHEUS_POD_LABELS" not in _env(operator_container(render()))
+
+
+def test_log_format_and_etcd_image_reach_the_operator() -> None:
+    default = _env(operator_container(render()))
+    assert default["ELASTICJOB_LOG_FORMAT"] == "text"
+    assert "ELASTICJOB_ETCD_IMAGE" not in default  # the operator's own default
+    env = _env(
+        operator_container(render({"operator.logFormat": "json", "etcd.image": "reg.local/etcd:3"}))
+    )
+    assert env["ELASTICJOB_LOG_FORMAT"] == "json"
+    assert env["ELASTICJOB_ETCD_IMAGE"] == "reg.local/etcd:3"

@@ -26,6 +26,8 @@ BAD_VALUES = {
     "unknown pull policy": ({"image.pullPolicy": "Sometimes"}, "/image/pullPolicy"),
     "port out of range": ({"metricsPort": "70000"}, "/metricsPort"),
     "log level not offered": ({"operator.logLevel": "verbose"}, "/operator/logLevel"),
+    "log format not offered": ({"operator.logFormat": "xml"}, "/operator/logFormat"),
+    "etcd image as a number": ({"etcd.image": "5"}, "/etcd/image"),
     "bad interval": ({"serviceMonitor.interval": "30"}, "/serviceMonitor/interval"),
     "bad quantity": ({"resources.limits.memory": "lots"}, "/resources/limits/memory"),
     "label value not a string": ({"dashboard.labels.grafana_dashboard": "1"}, "grafana_dashboard"),

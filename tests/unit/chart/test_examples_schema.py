@@ -13,37 +13,10 @@ import jsonschema
 import pytest
 import yaml
 
-from tests.unit.chart.charttools import REPO
+from tests.unit.chart.charttools import REPO, as_json_schema, crd_schema
 
 # The Kueue folder's job too (queues.yaml there holds only Kueue's objects).
 EXAMPLES = sorted([*(REPO / "examples").glob("*.yaml"), *(REPO / "examples").glob("kueue/*job*")])
-
-
-def _crd_schema() -> dict[str, Any]:
-    crd = yaml.safe_load((REPO / "crds" / "elasticjob.yaml").read_text())
-    (version,) = [v for v in crd["spec"]["versions"] if v["storage"]]
-    schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]
-    return schema
-
-
-def _as_json_schema(node: Any) -> Any:
-    """OpenAPI v3 (structural) to JSON Schema: drop the x-kubernetes-* extensions, and turn
-    ``x-kubernetes-int-or-string`` into the union it means."""
-    if isinstance(node, list):
-        return [_as_json_schema(n) for n in node]
-    if not isinstance(node, dict):
-        return node
-    out = {k: _as_json_schema(v) for k, v in node.items() if not k.startswith("x-kubernetes-")}
-    if node.get("x-kubernetes-int-or-string"):
-        out["type"] = ["integer", "string"]
-    if (
-        node.get("type") == "object"
-        and "properties" in node
-        and not node.get("x-kubernetes-preserve-unknown-fields")
-    ):
-        # A structural schema prunes unknown fields; for an example that is a silent typo.
-        out.setdefault("additionalProperties", False)
-    return out
 
 
 def _jobs(path: Path) -> list[dict[str, Any]]:
@@ -65,7 +38,7 @@ def test_examples_exist() -> None:
 def test_example_fits_the_crd_schema(path: Path) -> None:
     jobs = _jobs(path)
     assert jobs, f"{path.name} holds no ElasticJob"
-    validator = jsonschema.Draft7Validator(_as_json_schema(_crd_schema()))
+    validator = jsonschema.Draft7Validator(as_json_schema(crd_schema()))
     for job in jobs:
         errors = [
             f"{'.'.join(str(p) for p in e.absolute_path)}: {e.message}"

@@ -135,4 +135,8 @@ def test_the_panels_the_operators_ask_for_are_there() -> None:
         "Stalls by reason",
         "etcd reachable from agents",
         "Training steps per second",
+        "Restart budget used",
+        "Spares ready",
+        "etcd reachable (operator probes)",
+        "Failure-policy decisions",
     } <= titles

@@ -69,7 +69,6 @@ PARSED: dict[str, Callable[[JobSpec], object]] = {
     "spec.rendezvous.closeTimeoutSeconds": lambda s: s.rendezvous.close_timeout_seconds,
     "spec.rendezvous.heartbeatSeconds": lambda s: s.rendezvous.heartbeat_seconds,
     "spec.etcd.mode": lambda s: s.etcd.mode,
-    "spec.etcd.image": lambda s: s.etcd.image,
     "spec.etcd.keyPrefix": lambda s: s.etcd.key_prefix,
     "spec.etcd.insecure": lambda s: s.etcd.insecure,
     "spec.nccl.collectiveTimeoutSeconds": lambda s: s.nccl.collective_timeout_seconds,

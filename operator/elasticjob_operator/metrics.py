@@ -40,6 +40,12 @@ STEADY_CHECKS = Counter(
     "Steady jobs' etcd-only checks between reconcile steps, by result (ok, restless, no_verdict)",
     ["result"],
 )
+BAD_EVIDENCE = Counter(
+    "elasticjob_bad_evidence_total",
+    "Root-cause evidence refused (a record naming a pod not in the job or not its reporter, "
+    "dated in the future, too much of it), by reason, per sighting",
+    ["reason"],
+)
 RECONCILES = Counter("elasticjob_reconcile_total", "Reconcile steps by result", ["result"])
 RECONCILE_SECONDS = Histogram(
     "elasticjob_reconcile_duration_seconds",
@@ -92,6 +98,11 @@ def publish(namespace: str, job: str, status: JobStatus) -> None:
 
 def stall_started(namespace: str, job: str, reason: str) -> None:
     STALLS.labels(namespace, job, reason).inc()
+
+
+def evidence_refused(reasons: tuple[str, ...]) -> None:
+    for reason in reasons:
+        BAD_EVIDENCE.labels(reason).inc()
 
 
 def forget(namespace: str, job: str) -> None:

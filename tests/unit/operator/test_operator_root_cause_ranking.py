@@ -4,13 +4,16 @@ correction when the operator learns of a lost node after the survivors' errors, 
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
+import yaml
 from elasticjob_agent.protocol.failure import WorkerFailure
 from elasticjob_agent.protocol.symptoms import Symptom, classify
 from elasticjob_operator.core import root_cause
-from elasticjob_operator.core.evidence import Cause, CauseKind, Evidence
+from elasticjob_operator.core.evidence import STORED_KEYS, Cause, CauseKind, Evidence
 from elasticjob_operator.core.observed import PodPhase
 from elasticjob_operator.core.status import JobStatus, StallState
 
@@ -365,3 +368,43 @@ def test_a_record_for_a_pod_not_in_the_job_is_refused_and_counted() -> None:
     result = step(cluster, status, job_spec(), T0 + 5, etcd_reachable=True, reports=reports)
     assert result.status.last_failure is None
     assert sorted(result.refused_evidence) == ["future-time", "unknown-pod"]
+
+
+def _strict(node: Any) -> Any:
+    """The CRD's schema as JSON Schema that also refuses what the API server would prune."""
+    if isinstance(node, list):
+        return [_strict(n) for n in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _strict(v) for k, v in node.items() if k not in ("nullable", "description")}
+    if node.get("type") == "object" and "properties" in node:
+        out.setdefault("additionalProperties", False)
+    return out
+
+
+def _last_failure_schema() -> Any:
+    crd = yaml.safe_load((Path(__file__).parents[3] / "crds" / "elasticjob.yaml").read_text())
+    (version,) = [v for v in crd["spec"]["versions"] if v["storage"]]
+    status = version["schema"]["openAPIV3Schema"]["properties"]["status"]
+    return _strict(status["properties"]["lastFailure"])
+
+
+@pytest.mark.parametrize(
+    ("reported", "observed"),
+    [case[1:3] for case in ROUNDS],
+    ids=[case[0] for case in ROUNDS],
+)
+def test_every_cause_fits_the_crd_schema(
+    reported: list[Evidence], observed: list[Evidence]
+) -> None:
+    """The status is merge-patched: absent keys are written as null (they clear the previous
+    cause's), and what remains must fit the schema, or the API server refuses the write."""
+    decided = root_cause.update(None, reported, observed).cause
+    assert decided is not None
+    written = decided.to_json()
+    assert set(written) == set(STORED_KEYS)
+    kept = {k: v for k, v in written.items() if v is not None}
+    errors = [
+        e.message for e in jsonschema.Draft7Validator(_last_failure_schema()).iter_errors(kept)
+    ]
+    assert not errors, errors

@@ -408,3 +408,35 @@ def test_every_cause_fits_the_crd_schema(
         e.message for e in jsonschema.Draft7Validator(_last_failure_schema()).iter_errors(kept)
     ]
     assert not errors, errors
+
+
+def test_the_rank_that_died_polled_after_the_survivor_corrects_the_cause() -> None:
+    """The survivor's report is polled first, the report of the agent whose rank raised one
+    step later: lastFailure takes the cause and a RootCause Event says so; another symptom
+    polled later changes the secondary evidence only, with no Event."""
+    cluster = Cluster()
+    status, _ = _restart_after_a_survivor_reset(cluster)
+    raised = replace(SURVIVOR, local_rank=1, rank=1, exception_type="ValueError", message="nan")
+    reports = {
+        "demo-worker-0-0": replace(report("demo-worker-0-0"), last_failure=SURVIVOR),
+        "demo-worker-1-0": replace(
+            report("demo-worker-1-0"), last_failure=replace(raised, time=T0 + 3)
+        ),
+    }
+    result = step(cluster, status, job_spec(), T0 + 7, etcd_reachable=True, reports=reports)
+    stored = result.status.last_failure
+    assert stored is not None and (stored["kind"], stored["pod"]) == ("WorkerFailed", W1_DEMO)
+    (event,) = [e for e in result.events if e.reason == "RootCause"]
+    assert event.message.startswith("root cause: rank 1 on demo-worker-1-0 exited with code 1")
+
+    cluster2 = Cluster()
+    status, _ = _restart_after_a_survivor_reset(cluster2)
+    earlier = replace(SURVIVOR, time=T0 + 1, local_rank=0, rank=1, message="Broken pipe")
+    reports = {"demo-worker-1-0": replace(report("demo-worker-1-0"), last_failure=earlier)}
+    result = step(cluster2, status, job_spec(), T0 + 7, etcd_reachable=True, reports=reports)
+    stored = result.status.last_failure
+    assert stored is not None and stored["pod"] == W1_DEMO and stored["kind"] == "ConnectionLost"
+    assert not [e for e in result.events if e.reason == "RootCause"]
+
+
+W1_DEMO = "demo-worker-1-0"

@@ -5,13 +5,13 @@ evidence of the same failure corrects a cause already stored.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import replace
 
 from elasticjob_agent.protocol.failure import WorkerFailure
 
 from .. import root_cause
-from ..evidence import Cause, CauseKind, Evidence
+from ..evidence import Cause, CauseKind, Evidence, Tier
 from ..observed import IMAGE_PULL_REASONS, Observed, PodPhase, PodView, current_etcd
 from ..stall import StallReason
 from ..status import JobStatus
@@ -26,17 +26,18 @@ LOST_WITH_NODE = frozenset({"DeletionByTaintManager", "DeletionByPodGC"})
 def note_cause(
     draft: Draft,
     observed: Observed,
-    records: Mapping[str, WorkerFailure],
+    records: Sequence[tuple[str, WorkerFailure]],
     now: float,
     window: float,
 ) -> tuple[Cause | None, tuple[str, ...]]:
-    """Store the job's root cause from the agents' ``records`` (by reporting pod, of this run)
-    and what ``observed`` shows; returns it (the stored one when nothing changed) and why any
-    record was refused. A correction of the stored cause posts a Warning Event ``RootCause``."""
+    """Store the job's root cause from the agents' ``records`` (``(reporting pod, record)`` of
+    this run) and what ``observed`` shows; returns it (the stored one when nothing changed) and
+    why any record was refused. A correction of the stored cause to a real cause (not another
+    symptom) posts a Warning Event ``RootCause``."""
     nodes = {p.name: p.node for p in observed.workers}
     reported = [
         (pod, Evidence.of_failure(_placed(f, pod, nodes.get(pod)), node=nodes.get(pod)))
-        for pod, f in records.items()
+        for pod, f in records
     ]
     kept, refused = root_cause.vet(reported, nodes.keys(), now)
     stored = root_cause.parse_stored(draft.status.last_failure)
@@ -44,7 +45,7 @@ def note_cause(
     if decided.cause is None:
         return stored, tuple(refused)
     draft.status = draft.status.evolve(last_failure=decided.cause.to_json())
-    if decided.corrected is not None:
+    if decided.corrected is not None and decided.cause.headline.tier is not Tier.SYMPTOM:
         round_ = decided.cause.round
         draft.event(
             "Warning",

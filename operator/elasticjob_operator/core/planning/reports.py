@@ -29,14 +29,14 @@ def merge_reports(draft: Draft, observed: Observed, now: float, window: float) -
         draft.status.run_id,
         [p.final_counts for p in current.values() if p.final_counts is not None],
     )
-    records = {
-        pod: r.last_failure
+    records = [
+        (pod, r.last_failure)
         for pod, r in sorted(observed.reports.items())
         if r.last_failure is not None and r.run_id == draft.status.run_id
-    }
+    ]
     # An agent that exited (the budget spent) may never be polled with its last report, but the
     # kubelet keeps the record in its termination message.
-    records.update((p.name, p.last_failure) for p in current.values() if p.last_failure is not None)
+    records += [(p.name, p.last_failure) for p in current.values() if p.last_failure is not None]
     failure, refused = note_cause(draft, observed, records, now, window)
     draft.refused_evidence.extend(refused)
     for reason in sorted(merged):

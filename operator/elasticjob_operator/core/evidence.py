@@ -76,6 +76,15 @@ def tier(kind: str) -> Tier:
     return Tier.SYMPTOM if kind in SYMPTOMS else Tier.FAILURE
 
 
+_WHAT_HAPPENED: Mapping[str, str] = {
+    CauseKind.POD_DELETED: "deleted",
+    CauseKind.POD_EVICTED: "evicted",
+    CauseKind.POD_PREEMPTED: "preempted",
+    CauseKind.OOM_KILLED: "OOMKilled",
+    CauseKind.IMAGE_NOT_PULLED: "image not pulled",
+}
+
+
 @dataclass(frozen=True)
 class Evidence:
     """One fact about a failure: what, where, when."""
@@ -141,13 +150,7 @@ class Evidence:
         elif self.kind == CauseKind.ETCD_LOST:
             text = "etcd lost" + (f" (pod {pod} on node {node})" if self.pod else "")
         else:
-            what = {
-                CauseKind.POD_DELETED: "deleted",
-                CauseKind.POD_EVICTED: "evicted",
-                CauseKind.POD_PREEMPTED: "preempted",
-                CauseKind.OOM_KILLED: "OOMKilled",
-                CauseKind.IMAGE_NOT_PULLED: "image not pulled",
-            }.get(CauseKind(self.kind), self.kind)
+            what = _WHAT_HAPPENED.get(self.kind, self.kind)
             text = f"pod {pod} {what} (node {node})"
         return f"{text}: {self.message}" if self.message else text
 
@@ -176,8 +179,8 @@ class Evidence:
         return cls(
             kind=str(kind),
             at=at,
-            node=node if isinstance(node, str) else None,
-            pod=pod if isinstance(pod, str) else None,
+            node=cap(node, MAX_NAME) if isinstance(node, str) else None,
+            pod=cap(pod, MAX_NAME) if isinstance(pod, str) else None,
             round=round_ if type(round_) is int else None,
             text=cap(summary, MAX_SUMMARY),
         )

@@ -354,6 +354,11 @@ def test_etcd_lost_outranks_the_store_errors_it_caused() -> None:
     stored = result.status.last_failure
     assert stored is not None and stored["kind"] == "EtcdLost", stored
     assert [e["kind"] for e in stored["secondary"]] == ["StoreError"]
+    # An etcd that never came up was never lost: the ranks' own errors stand.
+    never_up = status.evolve(etcd=replace(status.etcd, ready_generation=-1))
+    result = step(cluster, never_up, job_spec(), T0 + 5, etcd_reachable=False, reports=reports)
+    stored = result.status.last_failure
+    assert stored is not None and stored["kind"] == "StoreError", stored
 
 
 def test_a_record_for_a_pod_not_in_the_job_is_refused_and_counted() -> None:

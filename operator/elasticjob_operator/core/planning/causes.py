@@ -73,7 +73,8 @@ def sightings(observed: Observed, status: JobStatus, now: float) -> list[Evidenc
             if item is not None:
                 found.append(replace(item, round=status.round))
     stall = status.stall
-    if stall is not None and stall.reason == StallReason.ETCD_UNAVAILABLE:
+    was_up = status.etcd.ready_generation >= 0  # an etcd that never came up was never lost
+    if stall is not None and stall.reason == StallReason.ETCD_UNAVAILABLE and was_up:
         etcd = current_etcd(observed.etcd_pods, status.etcd.generation)
         found.append(
             Evidence(

@@ -59,6 +59,12 @@ STEADY_CHECKS = Counter(
     "Steady jobs' etcd-only checks between reconcile steps, by result (ok, restless, no_verdict)",
     ["result"],
 )
+BAD_EVIDENCE = Counter(
+    "elasticjob_bad_evidence_total",
+    "Root-cause evidence refused (a record naming a pod not in the job or not its reporter, "
+    "dated in the future, too much of it), by reason, per sighting",
+    ["reason"],
+)
 RECONCILES = Counter("elasticjob_reconcile_total", "Reconcile steps by result", ["result"])
 RECONCILE_SECONDS = Histogram(
     "elasticjob_reconcile_duration_seconds",
@@ -126,6 +132,11 @@ def decision_taken(
     ``before`` (``status.failurePolicy`` holds the latest decision, so each counts once)."""
     if after is not None and after != before:
         POLICY_DECISIONS.labels(namespace, job, after.action.value).inc()
+
+
+def evidence_refused(reasons: tuple[str, ...]) -> None:
+    for reason in reasons:
+        BAD_EVIDENCE.labels(reason).inc()
 
 
 def forget(namespace: str, job: str) -> None:

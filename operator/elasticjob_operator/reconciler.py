@@ -195,6 +195,7 @@ class JobLoop:
         await self._executor.post_events(events, now)
         if plan.new_stall is not None:
             metrics.stall_started(job.namespace, job.name, plan.new_stall)
+        metrics.evidence_refused(plan.refused_evidence)
         metrics.decision_taken(
             job.namespace, job.name, status.failure_policy, new_status.failure_policy
         )

@@ -199,6 +199,13 @@ VARIABLES: tuple[Variable, ...] = (
         _number,
     ),
     Variable(
+        "loop.stall.root_cause_window",
+        "ELASTICJOB_ROOT_CAUSE_WINDOW_SECONDS",
+        _default_of(StallSettings, "root_cause_window"),
+        "How long after a failure what the operator sees may still correct its root cause.",
+        _number,
+    ),
+    Variable(
         "loop.cadence.etcd_interval",
         "ELASTICJOB_STEADY_ETCD_SECONDS",
         _default_of(CadenceSettings, "etcd_interval"),

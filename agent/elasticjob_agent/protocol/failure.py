@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from elasticjob_agent.protocol.integers import IntegerError, bounded_int
+from elasticjob_agent.protocol.symptoms import Symptom, classify
 
 T = TypeVar("T")
 
@@ -31,13 +31,6 @@ MAX_FAILURE_BYTES = 4096
 """A record's JSON is at most this long: the caps above, plus keys and escapes, fit."""
 MAX_TERMINATION_MESSAGE = 4096
 """Kubernetes keeps at most 4096 bytes of a container's termination message."""
-
-
-_PEER_LOSS = re.compile(
-    r"Connection (closed|reset) by peer|Broken pipe|gloo|NCCL communicator|ProcessGroup.*abort"
-    r"|Timed out waiting|DistNetworkError|DistBackendError",
-    re.IGNORECASE,
-)
 
 
 def last_line(text: str) -> str:
@@ -103,11 +96,23 @@ class WorkerFailure:
             text += f": {last_line(self.output_tail)}"
         return text
 
+    def symptom(self) -> Symptom | None:
+        """What consequence of another rank's failure this one looks like (``protocol.symptoms``):
+        read from the exception, else (no error file) from the last line the worker printed, or
+        for a ``SIGABRT`` (NCCL's watchdog tears the process down) from its whole output tail;
+        ``None`` for a failure of its own."""
+        if self.exception_type is not None:
+            return classify(f"{self.exception_type}: {self.message or ''}")
+        if self.message is not None or not self.output_tail:
+            return None  # the agent's own finding (an expired timer, a hang), or nothing said
+        if self.signal is None:
+            return classify(last_line(self.output_tail))
+        return classify(self.output_tail) if self.signal == "SIGABRT" else None
+
     def is_consequence(self) -> bool:
         """True for a failure that looks caused by another rank's: a collective that lost a
         peer (gloo's "Connection closed by peer", ``DistBackendError``, ...)."""
-        text = f"{self.exception_type or ''}: {self.message or ''}"
-        return self.exception_type is not None and bool(_PEER_LOSS.search(text))
+        return self.symptom() is not None
 
     def outranks(self, other: WorkerFailure | None) -> bool:
         """Whether this failure should replace ``other`` as the job's last root cause: a later

@@ -49,6 +49,17 @@ START_FAILURE_REASONS = frozenset(
 """The kubelet's reasons for a container that cannot start (a waiting state, which the kubelet
 retries for ever, or under ``restartPolicy: Never`` a terminated one: ``StartError``, exit code
 128). ``ContainerCreating`` and ``PodInitializing`` are the normal way there, not failures."""
+IMAGE_PULL_REASONS = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "ErrImageNeverPull",
+        "InvalidImageName",
+        "ImageInspectError",
+        "RegistryUnavailable",
+    }
+)
+"""The ``START_FAILURE_REASONS`` that say the image was not pulled."""
 MAX_START_MESSAGE = 512
 """The kubelet's message is kept up to this many characters (the status stays small)."""
 
@@ -119,6 +130,11 @@ class PodView:
     node: str | None = None
     deleting: bool = False
     """``metadata.deletionTimestamp`` is set."""
+    deleted_at: float | None = None
+    """When its deletion was asked for: ``deletionTimestamp`` less the grace period."""
+    disruption: str | None = None
+    """The reason of its ``DisruptionTarget`` condition (``PreemptionByScheduler``,
+    ``EvictionByEvictionAPI``, ``DeletionByTaintManager``, ``TerminationByKubelet``, ...)."""
     unschedulable: str | None = None
     """The scheduler's message when ``PodScheduled`` is False with reason Unschedulable."""
     exit_code: int | None = None
@@ -233,10 +249,13 @@ def pod_view(pod: Mapping[str, Any]) -> PodView | None:
     except ValueError:
         phase = PodPhase.UNKNOWN
     unschedulable = None
+    disruption = None
     ready = False
     for cond in status.get("conditions") or []:
         if cond.get("type") == "Ready":
             ready = cond.get("status") == "True"
+        if cond.get("type") == "DisruptionTarget" and cond.get("status") == "True":
+            disruption = str(cond.get("reason") or "") or None
         if (
             cond.get("type") == "PodScheduled"
             and cond.get("status") == "False"
@@ -255,6 +274,8 @@ def pod_view(pod: Mapping[str, Any]) -> PodView | None:
         ip=status.get("podIP") or None,
         node=spec.get("nodeName") or None,
         deleting=bool(meta.get("deletionTimestamp")),
+        deleted_at=_deletion_asked(meta),
+        disruption=disruption,
         unschedulable=unschedulable,
         exit_code=exit_code,
         finished_at=finished_at,
@@ -297,6 +318,16 @@ def start_failure(status: Mapping[str, Any], *, pod: str, slot: str) -> StartFai
                         message=_cap(message, MAX_START_MESSAGE),
                     )
     return None
+
+
+def _deletion_asked(meta: Mapping[str, Any]) -> float | None:
+    deadline = parse_time(meta.get("deletionTimestamp"))
+    grace = meta.get("deletionGracePeriodSeconds")
+    if deadline is None:
+        return None
+    if isinstance(grace, bool) or not isinstance(grace, int) or not 0 <= grace <= 2**31:
+        return deadline
+    return deadline - grace
 
 
 def _cap(text: str, limit: int) -> str:

@@ -26,6 +26,7 @@ from elasticjob_agent.protocol.health import AgentState, HealthReport
 
 from . import progress
 from .observed import Observed, PodPhase, PodView
+from .root_cause import CORRECTION_WINDOW_SECONDS
 
 
 class StallReason(StrEnum):
@@ -50,6 +51,9 @@ class StallSettings:
     """Least seconds between two samples of ``status.progress`` (``progress.py``)."""
     progress_writes_per_second: float = progress.WRITES_PER_SECOND
     """Samples of ``status.progress`` written per second across all jobs at most."""
+    root_cause_window: float = CORRECTION_WINDOW_SECONDS
+    """How far apart in time evidence of one failure may be (``root_cause.update``): what the
+    operator sees this long after a failure still corrects its root cause."""
 
 
 @dataclass(frozen=True)

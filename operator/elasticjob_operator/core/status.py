@@ -18,6 +18,7 @@ from elasticjob_agent.protocol.integers import IntegerError, bounded_int
 
 from . import restarts
 from .conditions import rfc3339
+from .evidence import full_json
 from .observed import StartFailure, parse_time
 from .progress import ProgressState
 
@@ -84,7 +85,7 @@ class JobStatus:
     invalid_reports: Mapping[str, str] = field(default_factory=dict)
     """Pods whose last answer was not a valid health report, with the reason (bounded)."""
     last_failure: Mapping[str, Any] | None = None
-    """The newest root cause an agent reported (``protocol.failure.WorkerFailure`` as JSON)."""
+    """The job's root cause (``evidence.Cause`` as JSON: ranked job-wide by ``root_cause``)."""
     progress: ProgressState | None = None
     """The training step the agents report, sampled (``progress.py``)."""
     start_failures: tuple[StartFailure, ...] = ()
@@ -140,7 +141,7 @@ class JobStatus:
                 {"pod": pod, "reason": reason}
                 for pod, reason in sorted(self.invalid_reports.items())
             ],
-            "lastFailure": None if self.last_failure is None else dict(self.last_failure),
+            "lastFailure": None if self.last_failure is None else full_json(self.last_failure),
             "progress": None if self.progress is None else self.progress.to_json(),
             "startFailures": [f.to_json() for f in self.start_failures],
             "failurePolicy": None

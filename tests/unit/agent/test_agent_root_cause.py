@@ -241,6 +241,22 @@ def test_the_cause_comes_before_the_ranks_that_lost_their_peer() -> None:
     assert first_failure([failure(3, 5.0, None), failure(2, 5.0, None)]).local_rank == 2
 
 
+def test_a_survivor_without_an_error_file_is_known_by_its_last_line() -> None:
+    """No ``@record``: the survivor's reset is only in its output tail. It is still a symptom,
+    so the rank that died first (killed, saying nothing) is the cause."""
+    reset = WorkerFailure(
+        0,
+        1.0,
+        exit_code=1,
+        output_tail="Traceback (most recent call last):\n"
+        "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Read error "
+        "[10.100.1.3]:47024: Connection reset by peer",
+    )
+    killed = WorkerFailure(1, 2.0, signal="SIGKILL")
+    assert reset.is_consequence() and not killed.is_consequence()
+    assert first_failure([reset, killed]) == killed
+
+
 def test_the_error_file_time_orders_records_when_known() -> None:
     def record(error_file: bytes | None, file_time: float | None) -> WorkerFailure:
         return describe(

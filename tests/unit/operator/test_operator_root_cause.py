@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from elasticjob_agent.protocol.exit_codes import ExitCode
 from elasticjob_agent.protocol.failure import FinalCounts, WorkerFailure
-from elasticjob_operator.core import planning, root_cause
+from elasticjob_operator.core import planning
 from elasticjob_operator.core.observed import PodPhase
 from elasticjob_operator.core.status import JobStatus, Phase
 
@@ -48,19 +48,33 @@ def test_a_reported_failure_becomes_last_failure_and_the_restarted_event_quotes_
     assert JobStatus.from_json(result.status.to_json()).last_failure == stored
 
 
-def test_an_older_failure_does_not_replace_a_newer_one() -> None:
-    newer = replace(RAISED, time=T0 + 10, pod="demo-worker-0-0")
-    older = replace(RAISED, time=T0 + 1, message="old news")
+def test_within_a_round_the_first_failure_wins_and_a_later_round_is_news() -> None:
+    """Of one round's failures the first in time is the cause (the others are secondary
+    evidence); a later round's failure replaces it; another run's report is not read."""
+    cluster = Cluster()
+    status = _started(cluster)
+    first = replace(RAISED, time=T0 + 1, message="first", round=2)
+    second = replace(RAISED, time=T0 + 3, message="second", round=2)
     reports = {
-        "demo-worker-0-0": replace(report("demo-worker-0-0"), last_failure=older),
-        "demo-worker-1-0": replace(report("demo-worker-1-0"), last_failure=newer),
-        "other-run": replace(
-            report("x", run_id="another-run"), last_failure=replace(RAISED, time=T0 + 99)
-        ),
+        "demo-worker-0-0": replace(report("demo-worker-0-0"), last_failure=second),
+        "demo-worker-1-0": replace(report("demo-worker-1-0"), last_failure=first),
     }
-    assert root_cause.newest_failure(reports, RUN_ID, None) == newer
-    assert root_cause.newest_failure(reports, RUN_ID, newer.to_json()) is None
-    assert root_cause.newest_failure(reports, RUN_ID, {"garbage": True}) == newer
+    result = step(cluster, status, job_spec(), T0 + 5, etcd_reachable=True, reports=reports)
+    stored = result.status.last_failure
+    assert stored is not None and stored["message"] == "first", stored
+    assert [e["summary"] for e in stored["secondary"]] == [
+        "rank 3 on demo-worker-0-0 exited with code 1: ValueError: second "
+        "(at /app/train.py:42 in step)"
+    ]
+    later = replace(RAISED, time=T0 + 9, message="later", round=3)
+    reports["demo-worker-0-0"] = replace(report("demo-worker-0-0"), last_failure=later)
+    reports["demo-worker-1-0"] = replace(
+        report("x", run_id="another-run"), last_failure=replace(RAISED, time=T0 + 10, round=9)
+    )
+    result = step(cluster, result.status, job_spec(), T0 + 10, etcd_reachable=True, reports=reports)
+    stored = result.status.last_failure
+    assert stored is not None and stored["message"] == "later" and stored["round"] == 3, stored
+    assert stored["secondary"] == [], stored
 
 
 def test_the_failed_condition_quotes_the_last_root_cause_when_the_budget_is_spent() -> None:
@@ -113,24 +127,31 @@ LOST_PEER = WorkerFailure(
 
 
 def test_a_peers_lost_connection_never_hides_the_rank_that_died() -> None:
+    cluster = Cluster()
+    status = _started(cluster)
     killed = WorkerFailure(local_rank=1, time=T0 + 4, rank=3, signal="SIGKILL", round=3)
     reports = {
         "demo-worker-0-0": replace(report("demo-worker-0-0"), last_failure=LOST_PEER),
         "demo-worker-1-0": replace(report("demo-worker-1-0"), last_failure=killed),
     }
     # Seen in one poll: the cause wins although the consequence is newer.
-    assert root_cause.newest_failure(reports, RUN_ID, None) == replace(
-        killed, pod="demo-worker-1-0"
+    result = step(cluster, status, job_spec(), T0 + 7, etcd_reachable=True, reports=reports)
+    stored = result.status.last_failure
+    assert stored is not None and (stored["pod"], stored["signal"]) == (
+        "demo-worker-1-0",
+        "SIGKILL",
     )
-    # Seen one poll after the cause was stored: nothing new.
-    stored = replace(killed, pod="demo-worker-1-0").to_json()
-    assert root_cause.newest_failure(reports, RUN_ID, stored) is None
+    assert [e["kind"] for e in stored["secondary"]] == ["ConnectionLost"], stored
+    # Seen one poll after the cause was stored: nothing new, nothing corrected.
+    again = step(cluster, result.status, job_spec(), T0 + 9, etcd_reachable=True, reports=reports)
+    assert again.status.last_failure == stored
+    assert not [e for e in again.events if e.reason == "RootCause"]
     # A later round's failure is news, a consequence or not.
     later = replace(LOST_PEER, round=4, time=T0 + 60)
-    reports["demo-worker-0-0"] = replace(report("demo-worker-0-0"), last_failure=later)
-    assert root_cause.newest_failure(reports, RUN_ID, stored) == replace(
-        later, pod="demo-worker-0-0"
-    )
+    reports = {"demo-worker-0-0": replace(report("demo-worker-0-0"), last_failure=later)}
+    news = step(cluster, again.status, job_spec(), T0 + 61, etcd_reachable=True, reports=reports)
+    stored = news.status.last_failure
+    assert stored is not None and (stored["kind"], stored["round"]) == ("ConnectionLost", 4)
 
 
 def test_outranks_orders_round_then_cause_then_time() -> None:
@@ -161,7 +182,13 @@ def test_the_cause_in_an_exited_pods_termination_message_beats_a_reported_conseq
         last_failure=cause,
     )
     result = step(cluster, status, job_spec(), T0 + 8, etcd_reachable=True)
-    assert result.status.last_failure == replace(cause, pod="demo-worker-1-0").to_json()
+    stored = result.status.last_failure
+    assert stored is not None
+    assert (stored["kind"], stored["pod"], stored["exceptionType"]) == (
+        "WorkerFailed",
+        "demo-worker-1-0",
+        "ValueError",
+    )
     assert result.status.phase is Phase.FAILED
     assert result.status.message.endswith(
         "last root cause: rank 3 on demo-worker-1-0 exited with code 1: ValueError: loss is nan "

@@ -7,11 +7,11 @@ idempotent; no write happens anywhere else. Killing the operator
 between any two steps therefore neither duplicates an object nor loses or doubles a count.
 
 One module per concern of a step, in the order ``plan`` runs them: ``reports`` (what the agents
-counted and said), ``policy`` (the failure-policy decisions they made), ``terminal`` (failed,
-succeeded, cleaned up), ``suspend``, ``workers`` and ``etcd`` (the objects), ``stalls`` and
-``summary``; ``access`` creates what guards the job (its NetworkPolicies and etcd certificates),
-``actions`` holds what a step decides and ``rejection`` the condition for a request the API
-server refused.
+counted and said) with ``causes`` (the job's root cause, ranked job-wide), ``policy`` (the
+failure-policy decisions they made), ``terminal`` (failed, succeeded, cleaned up), ``suspend``,
+``workers`` and ``etcd`` (the objects), ``stalls`` and ``summary``; ``access`` creates what
+guards the job (its NetworkPolicies and etcd certificates), ``actions`` holds what a step decides
+and ``rejection`` the condition for a request the API server refused.
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def _plan(
         finish_cleanup(draft, spec, observed, now)
         return draft.freeze()
 
-    merge_reports(draft, observed)
+    merge_reports(draft, observed, now, settings.root_cause_window)
     note_policy(draft, observed, workers, now)
     note_invalid_reports(draft, observed)
     mark_joined(draft, observed)

@@ -94,6 +94,9 @@ class Plan:
     """Write ``status`` before running ``actions`` (it names objects they create)."""
     new_stall: str | None = None
     """Reason of a stall that started in this step (for the stalls counter metric)."""
+    refused_evidence: tuple[str, ...] = ()
+    """Why each piece of root-cause evidence refused in this step was (``root_cause.vet``; for
+    the bad-evidence counter metric)."""
 
 
 @dataclass
@@ -105,6 +108,7 @@ class Draft:
     events: list[Event] = field(default_factory=list)
     commit_first: bool = False
     new_stall: str | None = None
+    refused_evidence: list[str] = field(default_factory=list)
 
     def event(self, type_: str, reason: str, message: str) -> None:
         self.events.append(Event(type_, reason, message))
@@ -116,4 +120,5 @@ class Draft:
             tuple(self.events),
             self.commit_first,
             self.new_stall,
+            tuple(self.refused_evidence),
         )

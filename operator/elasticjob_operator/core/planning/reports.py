@@ -7,9 +7,10 @@ from __future__ import annotations
 from elasticjob_agent.protocol.health import AgentState
 from elasticjob_agent.protocol.restarts import RestartReason
 
-from .. import restarts, root_cause, spares
+from .. import restarts, spares
 from ..observed import Observed, current_workers
 from .actions import Draft, MarkJoined, MarkStoodBy
+from .causes import note_cause
 
 # Restarts whose agent recorded a root cause (a failed worker, an expired timer, no progress).
 _HAS_ROOT_CAUSE = frozenset(
@@ -17,7 +18,9 @@ _HAS_ROOT_CAUSE = frozenset(
 )
 
 
-def merge_reports(draft: Draft, observed: Observed) -> None:
+def merge_reports(draft: Draft, observed: Observed, now: float, window: float) -> None:
+    """Restart counts and the root cause the agents report (``causes.note_cause``, ranked with
+    what the operator sees within ``window``), with a ``Restarted`` Event per counted reason."""
     before = draft.status.restarts
     current = current_workers(observed.workers, draft.status.attempts)
     merged = restarts.merge_reports(
@@ -26,22 +29,22 @@ def merge_reports(draft: Draft, observed: Observed) -> None:
         draft.status.run_id,
         [p.final_counts for p in current.values() if p.final_counts is not None],
     )
-    failure = root_cause.newest_failure(
-        observed.reports,
-        draft.status.run_id,
-        draft.status.last_failure,
-        {p.name: p.last_failure for p in current.values() if p.last_failure is not None},
-    )
-    if failure is not None:
-        draft.status = draft.status.evolve(last_failure=failure.to_json())
-    else:
-        failure = root_cause.parse_stored(draft.status.last_failure)
+    records = [
+        (pod, r.last_failure)
+        for pod, r in sorted(observed.reports.items())
+        if r.last_failure is not None and r.run_id == draft.status.run_id
+    ]
+    # An agent that exited (the budget spent) may never be polled with its last report, but the
+    # kubelet keeps the record in its termination message.
+    records += [(p.name, p.last_failure) for p in current.values() if p.last_failure is not None]
+    failure, refused = note_cause(draft, observed, records, now, window)
+    draft.refused_evidence.extend(refused)
     for reason in sorted(merged):
         added = merged[reason] - before.get(reason, 0)
         if added > 0:
             cause = ""
             if reason in _HAS_ROOT_CAUSE and failure is not None:
-                cause = f"; root cause: {failure.summary()}"
+                cause = f"; {failure.quoted()}"
             elif reason == RestartReason.HANG.value:
                 cause = "; no rank advanced for progressTimeoutSeconds"
             draft.event(

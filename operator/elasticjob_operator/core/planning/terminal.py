@@ -69,7 +69,7 @@ def terminal_failure(
             ExitCode.MAX_RESTARTS_EXCEEDED.reason,
             f"job-wide restart budget spent: {failures} failure restarts, "
             f"maxRestarts {spec.max_restarts}"
-            + ("" if last is None else f"; last root cause: {last.summary()}")
+            + ("" if last is None else f"; {last.quoted('last root cause')}")
             + "".join(f"; cannot start: {f.summary()}" for f in status.start_failures[:1]),
         )
     if ExitCode.FAILURE_POLICY in codes:

@@ -1,0 +1,113 @@
+"""The job's root cause in the status: the agents' records and what the operator sees of the
+job's pods, nodes and etcd, ranked job-wide (``root_cause``), with a follow-up Event when better
+evidence of the same failure corrects a cause already stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from elasticjob_agent.protocol.failure import WorkerFailure
+
+from .. import root_cause
+from ..evidence import Cause, CauseKind, Evidence, Tier
+from ..observed import IMAGE_PULL_REASONS, Observed, PodPhase, PodView, current_etcd
+from ..stall import StallReason
+from ..status import JobStatus
+from .actions import Draft
+
+PREEMPTED = frozenset({"PreemptionByScheduler", "PreemptionByKubeScheduler"})
+"""``DisruptionTarget`` reasons of a pod the scheduler preempted."""
+LOST_WITH_NODE = frozenset({"DeletionByTaintManager", "DeletionByPodGC"})
+"""``DisruptionTarget`` reasons of a pod deleted because its node is gone or unreachable."""
+
+
+def note_cause(
+    draft: Draft,
+    observed: Observed,
+    records: Sequence[tuple[str, WorkerFailure]],
+    now: float,
+    window: float,
+) -> tuple[Cause | None, tuple[str, ...]]:
+    """Store the job's root cause from the agents' ``records`` (``(reporting pod, record)`` of
+    this run) and what ``observed`` shows; returns it (the stored one when nothing changed) and
+    why any record was refused. A correction of the stored cause to a real cause (not another
+    symptom) posts a Warning Event ``RootCause``."""
+    nodes = {p.name: p.node for p in observed.workers}
+    reported = [
+        (pod, Evidence.of_failure(_placed(f, pod, nodes.get(pod)), node=nodes.get(pod)))
+        for pod, f in records
+    ]
+    kept, refused = root_cause.vet(reported, nodes.keys(), now)
+    stored = root_cause.parse_stored(draft.status.last_failure)
+    decided = root_cause.update(stored, kept, sightings(observed, draft.status, now), window=window)
+    if decided.cause is None:
+        return stored, tuple(refused)
+    draft.status = draft.status.evolve(last_failure=decided.cause.to_json())
+    if decided.corrected is not None and decided.cause.headline.tier is not Tier.SYMPTOM:
+        round_ = decided.cause.round
+        draft.event(
+            "Warning",
+            "RootCause",
+            f"{decided.cause.quoted()}"
+            + ("" if round_ is None else f" (round {round_})")
+            + f"; first reported: {decided.corrected.summary()}",
+        )
+    return decided.cause, tuple(refused)
+
+
+def _placed(failure: WorkerFailure, pod: str, node: str | None) -> WorkerFailure:
+    """The record with its pod (the reporter's, when the agent did not say) and the Kubernetes
+    node the operator knows the pod runs on."""
+    return replace(failure, pod=failure.pod or pod, node=node or failure.node)
+
+
+def sightings(observed: Observed, status: JobStatus, now: float) -> list[Evidence]:
+    """What the operator sees for itself of the pods that were in the group (their agent
+    joined a round) and of the job's etcd, dated as precisely as Kubernetes tells."""
+    found: list[Evidence] = []
+    for pod in observed.workers:
+        if pod.joined and pod.phase is not PodPhase.SUCCEEDED:
+            item = _sighting(pod, observed.lost_nodes, now)
+            if item is not None:
+                found.append(replace(item, round=status.round))
+    stall = status.stall
+    was_up = status.etcd.ready_generation >= 0  # an etcd that never came up was never lost
+    if stall is not None and stall.reason == StallReason.ETCD_UNAVAILABLE and was_up:
+        etcd = current_etcd(observed.etcd_pods, status.etcd.generation)
+        found.append(
+            Evidence(
+                kind=CauseKind.ETCD_LOST,
+                at=status.etcd.unreachable_since or stall.since,
+                node=None if etcd is None else etcd.node,
+                pod=None if etcd is None else etcd.name,
+                message=stall.message,
+                round=status.round,
+            )
+        )
+    return found
+
+
+def _sighting(pod: PodView, lost_nodes: frozenset[str], now: float) -> Evidence | None:
+    def seen(kind: CauseKind, at: float | None, message: str | None = None) -> Evidence:
+        return Evidence(
+            kind=kind, at=now if at is None else at, node=pod.node, pod=pod.name, message=message
+        )
+
+    if pod.node is not None and pod.node in lost_nodes:
+        return seen(CauseKind.NODE_LOST, None)
+    if pod.disruption in LOST_WITH_NODE:
+        return seen(CauseKind.NODE_LOST, pod.deleted_at)
+    if pod.oom_killed:
+        return seen(CauseKind.OOM_KILLED, pod.finished_at)
+    if pod.disruption in PREEMPTED:
+        return seen(CauseKind.POD_PREEMPTED, pod.deleted_at)
+    if pod.evicted or pod.disruption is not None:
+        return seen(CauseKind.POD_EVICTED, pod.deleted_at or pod.finished_at, pod.disruption)
+    if pod.start_failure is not None and pod.start_failure.reason in IMAGE_PULL_REASONS:
+        failure = pod.start_failure
+        return seen(CauseKind.IMAGE_NOT_PULLED, None, f"{failure.reason}: {failure.message}")
+    if pod.deleting and not pod.terminal:
+        return seen(CauseKind.POD_DELETED, pod.deleted_at)
+    return None

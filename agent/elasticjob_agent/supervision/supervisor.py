@@ -45,6 +45,7 @@ from elasticjob_agent.rendezvous.role_info import (
     parse_master,
 )
 from elasticjob_agent.rendezvous.roles import exchange_roles
+from elasticjob_agent.rendezvous.supervised_handler import SupervisedHandler as Handler
 from elasticjob_agent.supervision.failure_report import read_failure, write_termination_message
 from elasticjob_agent.supervision.oom import oom_kills
 from elasticjob_agent.supervision.restart_counter import Recorded
@@ -74,16 +75,6 @@ itself (its lease lapsed while it ran) before counting a ``failure``: a few memb
 a slow peer."""
 
 
-class Handler(Protocol):
-    """The part of torch's ``RendezvousHandler`` (plus our extras) the supervisor uses."""
-
-    def next_rendezvous(self) -> Any: ...
-    def num_nodes_waiting(self) -> int: ...
-    def set_closed(self) -> None: ...
-    def get_run_id(self) -> str: ...
-    def shutdown(self) -> bool: ...
-
-
 class Counter(Protocol):
     def read(self) -> RestartCounts: ...
     def record(
@@ -109,6 +100,10 @@ class Workers(Protocol):
     def maintain(self) -> None: ...
     def error_file(self, attempt: int, local_rank: int) -> Path: ...
     def stderr_tail(self, local_rank: int) -> bytes | None: ...
+    def warm_ready(self) -> tuple[int, int]: ...
+
+    warm_started: bool
+    """Whether the last ``start`` used warm workers."""
 
 
 class Timers(Protocol):
@@ -221,7 +216,8 @@ class Supervisor:
 
     def _one_round(self) -> None:
         info, rdzv_seconds = self._rendezvous()
-        self._round = int(getattr(self._handler, "round", self._attempt))
+        handler_round = self._handler.round
+        self._round = self._attempt if handler_round is None else int(handler_round)
         group_rank, group_world = int(info.rank), int(info.world_size)
         self._events.ctx = self._events.ctx.with_round(self._round, group_rank, None)
         self._events.info(
@@ -286,7 +282,7 @@ class Supervisor:
             first_rank=assignment.base_global_rank,
             restart_count=counts.total,
             rendezvous_s=f"{rdzv_seconds:.3f}",
-            warm=bool(getattr(self._workers, "warm_started", False)),
+            warm=self._workers.warm_started,
         )
         reason = self._monitor(info.store, group_rank, group_world)
         self._restart(reason)
@@ -328,8 +324,7 @@ class Supervisor:
         """Report a spare (``Standby``, not waiting for anything the job lacks) while the
         rendezvous says this node stands by; back to ``Rendezvous`` when a round calls it in.
         Returns since when it stands by, or None."""
-        since_fn = getattr(self._handler, "standby_since", None)
-        standing = since_fn is not None and since_fn() is not None
+        standing = self._handler.standby_since() is not None
         warm = self._note_warm()
         now = time.time()
         if standing and was is None:
@@ -343,8 +338,7 @@ class Supervisor:
 
     def _note_warm(self) -> int:
         """Put the warm workers that have torch imported (and the pool's size) in the report."""
-        warm_fn = getattr(self._workers, "warm_ready", None)
-        warm, pool = warm_fn() if warm_fn is not None else (0, 0)
+        warm, pool = self._workers.warm_ready()
         fields = self._status.fields
         if (warm, pool) != (fields.warm_workers, fields.warm_pool):
             self._status.update(warm_workers=warm, warm_pool=pool)
@@ -563,8 +557,7 @@ class Supervisor:
     def _membership_change(self) -> RestartReason | None:
         try:
             waiting = self._handler.num_nodes_waiting()
-            alive = getattr(self._handler, "members_alive", None)
-            members_ok = True if alive is None else bool(alive())
+            members_ok = self._handler.members_alive()
         except RendezvousError as exc:
             # etcd is only needed to re-form: keep training, the probe reports the outage.
             logger.debug("membership check failed: %s", exc)
@@ -586,11 +579,8 @@ class Supervisor:
         """Our own joined key is gone while we run: etcd saw no keep-alive of ours within the
         lease TTL (it or this agent was starved), so nobody failed. The group re-forms (the
         others saw us vanish), and the restart is a free ``membership`` one."""
-        held = getattr(self._handler, "holds_membership", None)
-        if held is None:
-            return False
         try:
-            lapsed = not bool(held())
+            lapsed = not self._handler.holds_membership()
         except RendezvousError as exc:
             logger.debug("membership check failed: %s", exc)
             return False
@@ -621,11 +611,8 @@ class Supervisor:
         """etcd no longer holds our completed round (it was recreated or restored empty): the
         group re-forms, and what looked like a lost member or a failed worker is that loss (a
         peer that re-formed first stopped its workers, and ours lost their connections)."""
-        lost = getattr(self._handler, "round_state_lost", None)
-        if lost is None:
-            return False
         try:
-            gone = bool(lost())
+            gone = self._handler.round_state_lost()
         except RendezvousError as exc:
             logger.debug("round state check failed: %s", exc)
             return False
@@ -753,11 +740,8 @@ class Supervisor:
         raise _Exit(ExitCode.TERMINATED, "SIGTERM")
 
     def _leave(self) -> None:
-        leave = getattr(self._handler, "leave", None)
-        if leave is None:
-            return
         try:
-            leave()
+            self._handler.leave()
         except RendezvousError as exc:
             logger.warning("leaving the rendezvous failed: %s", exc)
 

@@ -43,7 +43,8 @@ from elasticjob_agent.protocol.keys import JobKeys
 from elasticjob_agent.standalone import EmbeddedEtcd, EtcdStartError
 from elasticjob_agent.supervision.agent_restart_counter import AgentRestartCounter
 from elasticjob_agent.supervision.restart_counter import JobRestartCounter
-from elasticjob_agent.supervision.supervisor import Supervisor, SupervisorSettings
+from elasticjob_agent.supervision.settings import SupervisorSettings
+from elasticjob_agent.supervision.supervisor import Supervisor
 from elasticjob_agent.supervision.warm_pool import WarmPool
 from elasticjob_agent.supervision.worker_env import TORCH_TIMER_FILE_ENV, AgentKnobs
 from elasticjob_agent.supervision.worker_launch import worker_command
@@ -73,18 +74,10 @@ def _rendezvous_config(
     args: AgentArgs, endpoints: tuple[Endpoint, ...], run_id: str, node: str
 ) -> Any:
     """Our ``RendezvousConfig`` from the parsed arguments (no text in between); ``ValueError``
-    on a bad ``--rdzv-conf``."""
+    on a bad value."""
     from elasticjob_agent.rendezvous.config import RendezvousConfig  # noqa: PLC0415
 
-    conf = {**args.rdzv_conf, "etcd_timeout": str(args.etcd_timeout), "node_id": node}
-    return RendezvousConfig.from_conf(
-        run_id=run_id,
-        endpoints=endpoints,
-        min_nodes=args.min_nodes,
-        max_nodes=args.max_nodes,
-        conf=conf,
-        local_addr=args.local_addr,
-    )
+    return RendezvousConfig.from_args(args, endpoints=endpoints, run_id=run_id, node_id=node)
 
 
 def _make_handler(config: Any, session: EtcdSession) -> Any:

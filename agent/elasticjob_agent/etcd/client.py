@@ -1,4 +1,4 @@
-"""A small asyncio etcd v3 client: the only module of the agent that talks gRPC to etcd.
+"""A small asyncio etcd v3 client: with ``watch`` and ``errors``, the agent's only gRPC to etcd.
 
 It uses the generated stubs and messages that ``aetcd`` ships (``aetcd.rpc``) and adds what the
 rendezvous and the restart counter need and ``aetcd.Client`` lacks: transactions with count-only
@@ -40,23 +40,27 @@ from aetcd import rpc
 
 from elasticjob_agent.errors import RendezvousConnectionError
 from elasticjob_agent.etcd import pacing
+from elasticjob_agent.etcd.errors import (
+    UNREACHABLE,
+    EtcdRequestError,
+    LeaseNotFoundError,
+    dropped_under,
+    from_server,
+    overloaded,
+)
 from elasticjob_agent.etcd.messages import compare_message, op_range, range_request, write_message
 from elasticjob_agent.etcd.txn import Cas
+from elasticjob_agent.etcd.watch import Watch, WatchStream
 from elasticjob_agent.protocol.endpoints import Endpoint, parse_endpoints
 
-
-def _from_server(exc: BaseException) -> bool:
-    """An answer of etcd itself (``etcdserver: ...``), not of the transport or grpc."""
-    return isinstance(exc, grpc.aio.AioRpcError) and (exc.details() or "").startswith("etcdserver")
-
-
-def _overloaded(exc: grpc.aio.AioRpcError) -> bool:
-    """etcd answered that it could not serve the request in time: it timed out waiting for its
-    own apply loop (the transaction may still be applied later), or refused it because the apply
-    loop is too far behind (``too many requests``: not applied). Either way: etcd is slow."""
-    details = exc.details() or ""
-    return _from_server(exc) and ("timed out" in details or "too many requests" in details)
-
+__all__ = [
+    "EtcdClient",
+    "EtcdRequestError",
+    "LeaseNotFoundError",
+    "Reachability",
+    "Watch",
+    "caller_budget",
+]
 
 _caller_limit: contextvars.ContextVar[float | None] = contextvars.ContextVar(
     "elasticjob_etcd_caller_limit", default=None
@@ -77,12 +81,6 @@ def caller_budget(seconds: float | None) -> Iterator[None]:
         _caller_limit.reset(token)
 
 
-_UNREACHABLE = {
-    grpc.StatusCode.UNAVAILABLE,
-    grpc.StatusCode.DEADLINE_EXCEEDED,
-    grpc.StatusCode.CANCELLED,
-    grpc.StatusCode.UNKNOWN,
-}
 # How many request deadlines with no answer at all make a connection count as broken.
 _SILENT_LINK_DEADLINES = 3
 
@@ -115,19 +113,6 @@ def _open_channel(endpoint: Endpoint) -> grpc.aio.Channel:
     return grpc.aio.secure_channel(str(endpoint), credentials, options=list(_CHANNEL_OPTIONS))
 
 
-class EtcdRequestError(Exception):
-    """etcd rejected a request for a reason other than being unreachable."""
-
-    def __init__(self, code: str, details: str) -> None:
-        super().__init__(f"etcd request failed: {code}: {details}")
-        self.code = code
-        self.details = details
-
-
-class LeaseNotFoundError(EtcdRequestError):
-    """The lease does not exist (any more)."""
-
-
 @dataclass(frozen=True)
 class Reachability:
     """What the health report says about etcd."""
@@ -137,18 +122,6 @@ class Reachability:
     """Unix time of the last successful request."""
     unreachable_since: float | None
     """Unix time of the first failure of the current outage; ``None`` while reachable."""
-
-
-def _dropped_under(exc: asyncio.CancelledError) -> RendezvousConnectionError:
-    """Tell a call cancelled because its channel was closed from a cancelled caller.
-
-    grpc cancels every call of a closed channel with ``CancelledError``, exactly what a cancelled
-    task sees; the task knows which it is (``cancelling()``). Re-raises the caller's own cancel.
-    """
-    task = asyncio.current_task()
-    if task is None or task.cancelling():
-        raise exc
-    return RendezvousConnectionError("the etcd connection was dropped during the request")
 
 
 class EtcdClient:
@@ -175,7 +148,7 @@ class EtcdClient:
         self._kv: Any = None
         self._lease: Any = None
         self._watch: Any = None
-        self._stream: _WatchStream | None = None
+        self._stream: WatchStream | None = None
         # One keep-alive stream per lease: a refresh of one lease never waits behind a
         # refresh of another stuck on a silent stream.
         self._keepalive_calls: dict[int, Any] = {}
@@ -229,10 +202,10 @@ class EtcdClient:
         self._last_contact = self._clock()
         self._unreachable_since = None
 
-    def _watch_stream(self) -> _WatchStream:
+    def _watch_stream(self) -> WatchStream:
         """The shared watch stream, opened on first use and after a failure."""
         if self._stream is None or not self._stream.alive:
-            self._stream = _WatchStream(self)
+            self._stream = WatchStream(self)
         return self._stream
 
     async def prepare(self) -> None:
@@ -278,16 +251,16 @@ class EtcdClient:
     def _map_error(self, exc: grpc.aio.AioRpcError) -> Exception:
         code = exc.code()
         details = exc.details() or ""
-        overloaded = _overloaded(exc)
-        if code == grpc.StatusCode.DEADLINE_EXCEEDED or overloaded:
+        slow = overloaded(exc)
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED or slow:
             self._silent()
-        if code in _UNREACHABLE or overloaded:
+        if code in UNREACHABLE or slow:
             # "etcdserver: ..." comes from a live server (e.g. "request timed out" under load);
             # a client-side deadline says nothing about the connection either.
-            transport = code == grpc.StatusCode.UNAVAILABLE and not _from_server(exc)
-            self._failed(drop=transport, answered=overloaded)
+            transport = code == grpc.StatusCode.UNAVAILABLE and not from_server(exc)
+            self._failed(drop=transport, answered=slow)
             hint = ""
-            if self.endpoint.tls is not None and not _from_server(exc):
+            if self.endpoint.tls is not None and not from_server(exc):
                 # A refused handshake looks like any unreachable server to grpc.
                 hint = (
                     " (TLS: check that cacert signs etcd's certificate and that etcd accepts "
@@ -312,7 +285,7 @@ class EtcdClient:
         except grpc.aio.AioRpcError as exc:
             raise self._map_error(exc) from exc
         except asyncio.CancelledError as exc:
-            raise _dropped_under(exc) from exc
+            raise dropped_under(exc) from exc
         self._contact()
         latency = time.monotonic() - started
         self._deadline = pacing.after_answer(self._deadline, self.request_timeout, latency)
@@ -403,7 +376,7 @@ class EtcdClient:
                     response = await self._keepalive_on_stream(lease)
                     break
                 except (asyncio.InvalidStateError, grpc.aio.AioRpcError) as exc:
-                    if retries == 0 or _from_server(exc):
+                    if retries == 0 or from_server(exc):
                         raise self._stream_error(exc) from exc
                     retries -= 1
         self._contact()
@@ -451,7 +424,7 @@ class EtcdClient:
         except asyncio.CancelledError as exc:
             # An answer still on its way must not be read as the answer to a later refresh.
             self._forget_stream(lease, call)
-            raise _dropped_under(exc) from exc
+            raise dropped_under(exc) from exc
         if response is grpc.aio.EOF:
             self._forget_stream(lease, call)
             self._failed(drop=False)
@@ -460,7 +433,7 @@ class EtcdClient:
 
     def _stream_error(self, exc: BaseException) -> Exception:
         if isinstance(exc, grpc.aio.AioRpcError) and (
-            _from_server(exc) or exc.code() in _UNREACHABLE
+            from_server(exc) or exc.code() in UNREACHABLE
         ):
             return self._map_error(exc)
         # grpc's own "RPC already finished" / "Internal error from Core": the stream broke.
@@ -486,182 +459,3 @@ class EtcdClient:
         return Watch(
             self, key, range_end, start_revision=start_revision, prev_kv=prev_kv, no_put=no_put
         )
-
-
-class _WatchStream:
-    """One bidirectional gRPC watch stream carrying many watchers (routed by watch id), as
-    etcd's own clients do: creating a watcher is then one message, not a new stream."""
-
-    def __init__(self, client: EtcdClient) -> None:
-        self._client = client
-        client._ensure_channel()
-        self._call: Any = client._watch.Watch()
-        self._queues: dict[int, asyncio.Queue[Any]] = {}
-        self._created: dict[int, asyncio.Future[Any]] = {}
-        self._next_id = 1
-        # grpc allows one write at a time on a stream ("Internal error from Core" otherwise).
-        self._write_lock = asyncio.Lock()
-        self.error: Exception | None = None
-        self._closed = False
-        self._reader = asyncio.get_running_loop().create_task(self._read())
-
-    @property
-    def alive(self) -> bool:
-        return self.error is None and not self._closed and not self._reader.done()
-
-    async def _read(self) -> None:
-        try:
-            while True:
-                response = await self._call.read()
-                if response is grpc.aio.EOF:
-                    raise RendezvousConnectionError("etcd closed the watch stream")
-                wid = int(response.watch_id)
-                if response.created:
-                    future = self._created.pop(wid, None)
-                    if future is not None and not future.done():
-                        future.set_result(response)
-                    if not response.events:
-                        continue
-                queue = self._queues.get(wid)
-                if queue is not None:
-                    queue.put_nowait(response)
-        except asyncio.CancelledError:
-            # Closed by us or with its channel: either way the watchers must hear of it.
-            self._fail(RendezvousConnectionError("the etcd watch stream was closed"))
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():
-                raise
-        except grpc.aio.AioRpcError as exc:
-            self._fail(self._client._map_error(exc))
-        except Exception as exc:
-            self._client._failed(drop=False)
-            self._fail(exc)
-
-    def _fail(self, error: Exception) -> None:
-        self.error = error
-        for future in self._created.values():
-            if not future.done():
-                future.set_exception(error)
-        self._created.clear()
-        for queue in self._queues.values():
-            queue.put_nowait(error)
-
-    async def _write(self, request: Any) -> None:
-        """One write on the stream, serialized and bounded by the request deadline: grpc never
-        completes a write on a call cancelled before its initial metadata was sent (a channel
-        dropped under a fresh stream), and refuses one on a finished call."""
-        if self._closed:
-            raise RendezvousConnectionError("the etcd watch stream was closed")
-        try:
-            async with asyncio.timeout(self._client._deadline_now()):
-                async with self._write_lock:
-                    await self._call.write(request)
-        except TimeoutError as exc:
-            self._client.note_silence()
-            self.close()  # the client opens a new stream on the next watch
-            raise RendezvousConnectionError("etcd did not take a watch request in time") from exc
-        except (asyncio.InvalidStateError, grpc.aio.UsageError) as exc:
-            self.close()
-            raise RendezvousConnectionError(f"the etcd watch stream broke: {exc}") from exc
-
-    async def add(self, create: Any) -> tuple[int, asyncio.Queue[Any]]:
-        wid = self._next_id
-        self._next_id += 1
-        create.watch_id = wid
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._created[wid] = future
-        queue: asyncio.Queue[Any] = asyncio.Queue()
-        self._queues[wid] = queue
-        try:
-            await self._write(rpc.WatchRequest(create_request=create))
-            created = await asyncio.wait_for(future, self._client._deadline_now())
-        except TimeoutError as exc:
-            self._queues.pop(wid, None)
-            self._client.note_silence()
-            self.close()  # the client opens a new stream on the next watch
-            raise RendezvousConnectionError("etcd did not create the watch in time") from exc
-        except grpc.aio.AioRpcError as exc:
-            self._queues.pop(wid, None)
-            raise self._client._map_error(exc) from exc
-        except asyncio.CancelledError as exc:
-            self._queues.pop(wid, None)
-            raise _dropped_under(exc) from exc
-        except BaseException:
-            self._queues.pop(wid, None)
-            raise
-        finally:
-            # Answered, or given up on (a write that failed or was cancelled): nobody awaits
-            # this future any more, and a stream failure must not set an error on it that
-            # nobody retrieves ("Future exception was never retrieved").
-            self._created.pop(wid, None)
-        if created.compact_revision:
-            self._queues.pop(wid, None)
-            raise EtcdRequestError("Watch", f"revision compacted at {created.compact_revision}")
-        return wid, queue
-
-    async def cancel(self, wid: int) -> None:
-        if self._queues.pop(wid, None) is None or not self.alive:
-            return
-        # A stream that broke has nothing left to cancel (``_write`` closed it).
-        with contextlib.suppress(grpc.aio.AioRpcError, RendezvousConnectionError):
-            request = rpc.WatchRequest(cancel_request=rpc.WatchCancelRequest(watch_id=wid))
-            await self._write(request)
-
-    def close(self) -> None:
-        self._closed = True
-        self._reader.cancel()
-        self._call.cancel()
-
-
-class Watch:
-    """One watcher on the client's shared watch stream. ``next(within)`` returns the events of
-    the next response (a list) or raises ``TimeoutError``."""
-
-    def __init__(
-        self,
-        client: EtcdClient,
-        key: bytes,
-        range_end: bytes,
-        *,
-        start_revision: int,
-        prev_kv: bool,
-        no_put: bool,
-    ) -> None:
-        self._client = client
-        self._create = rpc.WatchCreateRequest(
-            key=key,
-            range_end=range_end,
-            start_revision=start_revision,
-            prev_kv=prev_kv,
-            filters=[rpc.WatchCreateRequest.NOPUT] if no_put else [],
-        )
-        self._stream: _WatchStream | None = None
-        self._id = 0
-        self._queue: asyncio.Queue[Any] | None = None
-
-    async def __aenter__(self) -> Watch:
-        client = self._client
-        client.requests += 1
-        self._stream = client._watch_stream()
-        self._id, self._queue = await self._stream.add(self._create)
-        client._contact()
-        return self
-
-    async def next(self, within: float | None) -> list[Any]:
-        """The events of the next response; ``TimeoutError`` if none arrives ``within`` s."""
-        assert self._queue is not None
-        response = await asyncio.wait_for(self._queue.get(), within)
-        if isinstance(response, Exception):
-            raise response
-        if response.canceled:
-            raise RendezvousConnectionError(f"etcd canceled the watch: {response.cancel_reason}")
-        if response.compact_revision:
-            raise EtcdRequestError("Watch", f"revision compacted at {response.compact_revision}")
-        self._client._contact()
-        return list(response.events)
-
-    async def __aexit__(
-        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if self._stream is not None and self._id:
-            await self._stream.cancel(self._id)

@@ -12,6 +12,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from elasticjob_agent.rendezvous.supervised_handler import SupervisedHandler
+
 SHARE_STORE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 
 
@@ -23,7 +25,7 @@ def make_c10d_handler(
     max_nodes: int,
     local_addr: str | None,
     conf: Mapping[str, str],
-) -> tuple[Any, Any]:
+) -> tuple[C10dHandler, Any]:
     """torch's ``DynamicRendezvousHandler`` on the c10d backend (as a ``C10dHandler``), and the
     backend's store.
 
@@ -81,9 +83,10 @@ def _ours(exc: Exception) -> Exception:
     return errors.RendezvousError(str(exc))
 
 
-class C10dHandler:
+class C10dHandler(SupervisedHandler):
     """torch's handler with torch's rendezvous errors raised as ours, so the supervisor reads
-    a closed, timed-out or unreachable c10d rendezvous as it reads an etcd-v3 one."""
+    a closed, timed-out or unreachable c10d rendezvous as it reads an etcd-v3 one. The optional
+    features keep ``SupervisedHandler``'s defaults."""
 
     def __init__(self, handler: Any) -> None:
         self._handler = handler

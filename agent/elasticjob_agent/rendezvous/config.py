@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from elasticjob_agent.args import AgentArgs
 from elasticjob_agent.protocol import defaults
 from elasticjob_agent.protocol.endpoints import TLS_KEYS, Endpoint, parse_endpoints, tls_from_conf
 from elasticjob_agent.protocol.keys import DEFAULT_PREFIX, JobKeys
@@ -58,7 +59,8 @@ def default_node_id() -> str:
 
 @dataclass(frozen=True)
 class RendezvousConfig:
-    """Settings of one rendezvous. Construct directly or with ``from_parameters``."""
+    """Settings of one rendezvous. Construct directly, with ``from_args`` (the agent) or with
+    ``from_parameters`` (torchrun's ``etcd-v3`` plugin)."""
 
     run_id: str
     """The job run; all keys live under ``<key_prefix>/<run_id>/rdzv``."""
@@ -117,6 +119,37 @@ class RendezvousConfig:
         return max(1, math.ceil(self.heartbeat))
 
     @classmethod
+    def from_args(
+        cls,
+        args: AgentArgs,
+        *,
+        endpoints: tuple[Endpoint, ...],
+        run_id: str,
+        node_id: str,
+    ) -> RendezvousConfig:
+        """The agent's own path: from its parsed arguments, with the endpoints (TLS included),
+        run id and node id it resolved (``--standalone`` brings its own etcd and run id).
+        ``args.etcd_timeout`` is the one etcd timeout (flag or ``--rdzv-conf``); the other
+        ``--rdzv-conf`` durations were validated by ``parse_args``. Raises ``ValueError`` on a
+        bad value (a node id with ``/``, say)."""
+        overrides: dict[str, Any] = {
+            name: float(args.rdzv_conf[name])
+            for name in _FLOAT_KEYS
+            if name != "etcd_timeout" and name in args.rdzv_conf
+        }
+        config = cls(
+            run_id=run_id,
+            endpoints=endpoints,
+            min_nodes=args.min_nodes,
+            max_nodes=args.max_nodes,
+            local_addr=args.local_addr,
+            node_id=node_id,
+        )
+        return replace(
+            config, key_prefix=args.key_prefix, etcd_timeout=args.etcd_timeout, **overrides
+        )
+
+    @classmethod
     def from_parameters(cls, params: Any) -> RendezvousConfig:
         """Build from torch's ``RendezvousParameters`` (``--rdzv-*`` flags and ``--rdzv-conf``),
         as torchrun hands them to the ``etcd-v3`` plugin: the endpoint text is parsed here, with
@@ -155,8 +188,8 @@ class RendezvousConfig:
         conf: Mapping[str, Any],
         local_addr: str | None = None,
     ) -> RendezvousConfig:
-        """Build from parsed endpoints (TLS included) and the ``--rdzv-conf`` knobs: the
-        agent's own path, from its parsed arguments. TLS keys in ``conf`` are not read again
+        """Build from parsed endpoints (TLS included) and the ``--rdzv-conf`` knobs as text (what
+        torchrun hands ``from_parameters``). TLS keys in ``conf`` are not read again
         (``endpoints`` carry them). Raises ``ValueError`` naming the bad key or value."""
         _check_keys(conf)
         numbers: dict[str, float] = {}

@@ -23,12 +23,13 @@ from elasticjob_agent.rendezvous.config import BACKEND_NAME, RendezvousConfig
 from elasticjob_agent.rendezvous.executor import Executor, Outcome
 from elasticjob_agent.rendezvous.state import Context
 from elasticjob_agent.rendezvous.store import EtcdStore
+from elasticjob_agent.rendezvous.supervised_handler import SupervisedHandler
 from elasticjob_agent.rendezvous.wire import RendezvousKeys, decode_int
 
 log = logging.getLogger(__name__)
 
 
-class EtcdRendezvousHandler(RendezvousHandler):
+class EtcdRendezvousHandler(RendezvousHandler, SupervisedHandler):
     """Dynamic rendezvous with torch's semantics (see docs/rendezvous.md).
 
     All methods are synchronous and thread-safe; the etcd work runs on a private event loop.

@@ -283,6 +283,15 @@ class CheckpointNode:
         if report is not None:
             self.last_restore = report
             self.restore_failure = None
+            logger.info(
+                "checkpoint: a rank restored step %d (saved by %d ranks) into %d ranks from %s "
+                "in %.2fs",
+                report.step,
+                report.saved_world_size,
+                report.world_size,
+                report.source,
+                report.seconds,
+            )
         self.memory.discard_newer(step)
         if self.disk is not None:
             self.disk.discard_newer(step)
@@ -291,6 +300,7 @@ class CheckpointNode:
     def restore_failed(self, reason: str) -> None:
         """A rank found a checkpoint but restored nothing, for ``reason`` (kept as
         ``restore_failure``)."""
+        logger.warning("checkpoint: a rank restored nothing: %s", reason)
         self.restore_failure = reason
 
     def close(self) -> None:

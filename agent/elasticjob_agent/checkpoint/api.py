@@ -39,7 +39,13 @@ from elasticjob_agent.checkpoint.manifest import (
 )
 from elasticjob_agent.checkpoint.node import CheckpointNode, Source
 from elasticjob_agent.checkpoint.resize import RestoreReport
-from elasticjob_agent.checkpoint.restore import STATE_FILE, NothingRestoredError, restore
+from elasticjob_agent.checkpoint.restore import (
+    STATE_FILE,
+    CheckpointMismatchError,
+    NothingRestoredError,
+    UnmappableEntryError,
+    restore,
+)
 from elasticjob_agent.checkpoint.store import (
     RECYCLED,
     CheckpointError,
@@ -52,8 +58,10 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "STATE_FILE",
     "Backend",
+    "CheckpointMismatchError",
     "Checkpointer",
     "NothingRestoredError",
+    "UnmappableEntryError",
     "agree_and_fetch",
     "gather",
     "open_backend",

@@ -204,20 +204,25 @@ def first_difference(
 def first_mismatch(want: Mapping[str, Any], got: Mapping[str, Any]) -> str | None:
     """How a restored state fails the caller's template, naming the first mismatched key;
     ``None`` when it matches. Both are ``flatten``ed signatures (path to ``(dtype, shape)``
-    for a tensor, anything else for a plain value); only the template's top-level entries are
-    compared (``like={"model": model.state_dict()}`` checks the model only)."""
+    for a tensor, ``None`` for a plain value or an empty container); only the template's
+    top-level entries are compared (``like={"model": model.state_dict()}`` checks the model
+    only). A plain value or empty container in the template (a fresh optimizer's empty
+    ``state``) matches whatever the checkpoint holds under it."""
     tops = {path.split(".", 1)[0] for path in want}
-    relevant = [path for path in got if path.split(".", 1)[0] in tops]
+    prefixes = {p.rsplit(".", n)[0] for p in got for n in range(1, p.count(".") + 1)}
+    open_ended = [w for w, signature in want.items() if signature is None]
     for path, signature in want.items():
-        if path not in got:
+        if path not in got and not (signature is None and path in prefixes):
             return f"key {path!r} is missing from the checkpoint"
-        if isinstance(signature, tuple) and signature != got[path]:
+        if signature is not None and signature != got[path]:
             return (
                 f"key {path!r} is {_describe(got[path])} in the checkpoint but "
                 f"{_describe(signature)} in the model"
             )
-    for path in relevant:
-        if path not in want:
+    for path in got:
+        if path.split(".", 1)[0] not in tops or path in want:
+            continue
+        if not any(path.startswith(w + ".") for w in open_ended):
             return f"key {path!r} is in the checkpoint but not in the model"
     return None
 

@@ -157,6 +157,13 @@ def test_first_mismatch_names_the_first_key() -> None:
     assert first_mismatch(want, {**want, "model.extra": ("torch.float32", (1,))}) == (
         "key 'model.extra' is in the checkpoint but not in the model"
     )
+    # A fresh optimizer's empty state matches the saved one's.
+    fresh = {"optim.state": None, "optim.lr": None}
+    saved = {"optim.state.0.m": ("torch.float32", (4,)), "optim.lr": None}
+    assert first_mismatch(fresh, saved) is None
+    assert first_mismatch(fresh, {"optim.lr": None}) == (
+        "key 'optim.state' is missing from the checkpoint"
+    )
 
 
 def test_the_restore_report_round_trips_and_is_parsed_strictly() -> None:

@@ -6,10 +6,12 @@ its node's agent, which replicates it to a peer and persists it. Without an agen
 ``torchrun``, a single process) each rank keeps a ``CheckpointNode`` of its own on the node's
 shared memory, plus the persistence path if one is given: memory and disk, no peer.
 
-Restore: every rank lists the steps complete on every rank that its node can reach, the ranks
-agree on the newest step in every list (``all_gather_object`` when a process group of more than
-one rank is initialized), each fetches its shard (memory, a peer, disk: verified), and if any
-rank fails, all fall back to the next older common step. No rank ever loads a torn step.
+Restore: every rank lists the saves (a step and the world size that saved it) complete on
+every rank that its node can reach, the ranks agree on the newest one in every list
+(``all_gather_object`` when a process group of more than one rank is initialized), each fetches
+the shards it needs (memory, a peer, disk: verified), and if any rank fails, all fall back to
+the next older common save. No rank ever loads a torn step. A save by another world size is
+mapped onto this one by ``checkpoint.resize``'s rule (``checkpoint.restore``).
 """
 
 from __future__ import annotations
@@ -36,6 +38,14 @@ from elasticjob_agent.checkpoint.manifest import (
     parse_size,
 )
 from elasticjob_agent.checkpoint.node import CheckpointNode, Source
+from elasticjob_agent.checkpoint.resize import RestoreReport
+from elasticjob_agent.checkpoint.restore import (
+    STATE_FILE,
+    CheckpointMismatchError,
+    NothingRestoredError,
+    UnmappableEntryError,
+    restore,
+)
 from elasticjob_agent.checkpoint.store import (
     RECYCLED,
     CheckpointError,
@@ -45,7 +55,18 @@ from elasticjob_agent.checkpoint.store import (
 
 logger = logging.getLogger(__name__)
 
-STATE_FILE = "state.bin"
+__all__ = [
+    "STATE_FILE",
+    "Backend",
+    "CheckpointMismatchError",
+    "Checkpointer",
+    "NothingRestoredError",
+    "UnmappableEntryError",
+    "agree_and_fetch",
+    "gather",
+    "open_backend",
+    "rank_and_world",
+]
 
 
 class Backend(Protocol):
@@ -56,7 +77,8 @@ class Backend(Protocol):
     def abort(self, token: str) -> None: ...
     def candidates(self) -> list[ShardId]: ...
     def fetch(self, shard: ShardId) -> Source: ...
-    def restored(self, step: int) -> None: ...
+    def restored(self, step: int, report: RestoreReport | None = None) -> None: ...
+    def restore_failed(self, reason: str) -> None: ...
     def flush(self, timeout: float) -> bool: ...
     def close(self) -> None: ...
 
@@ -146,6 +168,10 @@ class Checkpointer:
         self.strict = strict
         self.last_error: str | None = None
         self.last_restore_source: str | None = None
+        self.last_restore: RestoreReport | None = None
+        """The last successful ``load``: step, world sizes, source, seconds."""
+        self.restore_failure: str | None = None
+        """Why the last ``load`` restored nothing although a checkpoint exists."""
         atexit.register(self.close)
 
     def save(self, step: int, state: Any) -> bool:
@@ -172,15 +198,30 @@ class Checkpointer:
         self.last_error = None
         return True
 
-    def load(self) -> tuple[int, Any] | None:
-        """``(step, state)`` of the newest step complete on every rank, or ``None``."""
+    def load(self, like: Any = None) -> tuple[int, Any] | None:
+        """``(step, state)`` of the newest step complete on every rank, saved by a world of
+        any size and mapped onto this one (``checkpoint.resize``); ``None`` when nothing was
+        ever saved. All ranks call it together.
+
+        ``NothingRestoredError`` (its ``reason`` says why, also kept in ``restore_failure``)
+        when a checkpoint exists but cannot be restored: a torn step, corrupt copies, a
+        rank-sharded entry that cannot be mapped onto this world (``UnmappableEntryError``),
+        or, with ``like`` (a template such as ``{"model": model.state_dict()}``), a state whose
+        keys or shapes do not match it (``CheckpointMismatchError``, naming the first key).
+        """
         rank, world = rank_and_world()
-        found = agree_and_fetch(self.backend, rank, world, lambda s: ShardId(s, rank, world))
+        self.restore_failure = None
+        try:
+            found = restore(self.backend, rank, world, gather, like)
+        except NothingRestoredError as exc:
+            self.restore_failure = exc.reason
+            raise
         if found is None:
             return None
-        step, source = found
-        self.last_restore_source = source.kind
-        return step, tensors.read(source.directory / STATE_FILE)
+        report, state = found
+        self.last_restore = report
+        self.last_restore_source = report.source
+        return report.step, state
 
     def flush(self, timeout: float = 300.0) -> bool:
         """Wait until every saved step is checksummed, replicated and persisted."""

@@ -29,6 +29,7 @@ from elasticjob_agent.checkpoint import peer
 from elasticjob_agent.checkpoint.config import CheckpointSettings
 from elasticjob_agent.checkpoint.manifest import HolderRecord, ShardId, successor
 from elasticjob_agent.checkpoint.persist import Persister, copy_shard
+from elasticjob_agent.checkpoint.resize import RestoreReport
 from elasticjob_agent.checkpoint.store import (
     CheckpointError,
     CorruptShardError,
@@ -110,6 +111,11 @@ class CheckpointNode:
         self._pending = 0
         self._idle = threading.Condition(self._lock)
         self.replication_errors = 0
+        self.last_restore: RestoreReport | None = None
+        """The last restore a rank of this node reported (``restored``)."""
+        self.restore_failure: str | None = None
+        """Why the last restore on this node restored nothing although a checkpoint exists
+        (``restore_failed``); cleared by the next successful one."""
         self._thread = threading.Thread(target=self._work, name="elasticjob-ckpt", daemon=True)
         self._thread.start()
         self.publish()
@@ -271,12 +277,31 @@ class CheckpointNode:
             if node != self.node and r.endpoint and shard in r.shards
         ]
 
-    def restored(self, step: int) -> None:
-        """The job resumed from ``step``: newer shards belong to an abandoned timeline."""
+    def restored(self, step: int, report: RestoreReport | None = None) -> None:
+        """The job resumed from ``step``: newer shards belong to an abandoned timeline.
+        ``report``: what the rank restored (kept as ``last_restore``)."""
+        if report is not None:
+            self.last_restore = report
+            self.restore_failure = None
+            logger.info(
+                "checkpoint: a rank restored step %d (saved by %d ranks) into %d ranks from %s "
+                "in %.2fs",
+                report.step,
+                report.saved_world_size,
+                report.world_size,
+                report.source,
+                report.seconds,
+            )
         self.memory.discard_newer(step)
         if self.disk is not None:
             self.disk.discard_newer(step)
         self.publish()
+
+    def restore_failed(self, reason: str) -> None:
+        """A rank found a checkpoint but restored nothing, for ``reason`` (kept as
+        ``restore_failure``)."""
+        logger.warning("checkpoint: a rank restored nothing: %s", reason)
+        self.restore_failure = reason
 
     def close(self) -> None:
         self._jobs.put(None)

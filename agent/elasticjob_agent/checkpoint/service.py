@@ -8,7 +8,9 @@ One JSON line per request and per answer, on a connection a worker keeps open:
 - ``{"op": "candidates"}``: ``{"shards": [[step, rank, world], ...]}``
 - ``{"op": "fetch", "shard": [...]}``: ``{"dir": path, "source": "memory" | "peer <node>" |
   "disk"}``
-- ``{"op": "restored", "step": s}``: ``{}``
+- ``{"op": "restored", "step": s, "report": {...}}``: ``{}`` (``report``: optional,
+  ``RestoreReport.as_status()``'s shape)
+- ``{"op": "restore_failed", "reason": "..."}``: ``{}``
 - ``{"op": "flush", "timeout": seconds}``: ``{"idle": bool}``
 
 Every answer also has ``"ok": true``. A refusal is ``{"ok": false, "error": "...", "limit":
@@ -28,6 +30,7 @@ from typing import Any
 
 from elasticjob_agent.checkpoint.manifest import ManifestError, ShardId
 from elasticjob_agent.checkpoint.node import CheckpointNode, Source
+from elasticjob_agent.checkpoint.resize import RestoreReport
 from elasticjob_agent.checkpoint.store import (
     CheckpointError,
     CheckpointLimitError,
@@ -37,6 +40,7 @@ from elasticjob_agent.checkpoint.store import (
 logger = logging.getLogger(__name__)
 
 MAX_LINE = 1 << 20
+MAX_REASON = 4096
 
 
 class CheckpointService:
@@ -93,7 +97,12 @@ class CheckpointService:
             source = node.fetch(ShardId.from_list(request["shard"]))
             return {"dir": str(source.directory), "source": source.kind}
         if op == "restored":
-            node.restored(int(request["step"]))
+            raw = request.get("report")
+            report = RestoreReport.from_status(raw) if raw is not None else None
+            node.restored(int(request["step"]), report)
+            return {}
+        if op == "restore_failed":
+            node.restore_failed(str(request["reason"])[:MAX_REASON])
             return {}
         if op == "flush":
             return {"idle": node.flush(float(request.get("timeout", 60)))}
@@ -146,8 +155,13 @@ class ServiceClient:
         answer = self._call(op="fetch", shard=shard.as_list())
         return Source(str(answer["source"]), Path(answer["dir"]))
 
-    def restored(self, step: int) -> None:
-        self._call(op="restored", step=step)
+    def restored(self, step: int, report: RestoreReport | None = None) -> None:
+        self._call(
+            op="restored", step=step, report=report.as_status() if report is not None else None
+        )
+
+    def restore_failed(self, reason: str) -> None:
+        self._call(op="restore_failed", reason=reason[:MAX_REASON])
 
     def flush(self, timeout: float) -> bool:
         return bool(self._call(op="flush", timeout=timeout)["idle"])

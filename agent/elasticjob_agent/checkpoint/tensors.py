@@ -13,11 +13,14 @@ import contextlib
 import os
 import pickle
 import struct
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from elasticjob_agent.checkpoint.resize import flatten
 
 MAGIC = b"EJCKPT01"
 ALIGN = 64
@@ -169,3 +172,48 @@ def _fill(value: Any, fd: int) -> Any:
     if isinstance(value, tuple) and not hasattr(value, "_fields"):
         return tuple(_fill(v, fd) for v in value)
     return value
+
+
+def _crc_range(fd: int, offset: int, nbytes: int) -> int:
+    crc = 0
+    while nbytes > 0:
+        chunk = os.pread(fd, min(nbytes, 4 << 20), offset)
+        if not chunk:
+            raise ValueError("checkpoint file is shorter than its header says")
+        crc = zlib.crc32(chunk, crc)
+        offset, nbytes = offset + len(chunk), nbytes - len(chunk)
+    return crc
+
+
+def digests(path: Path) -> dict[str, tuple[tuple[Any, ...], int]]:
+    """Every entry of the state saved at ``path`` (``resize.flatten``'s paths) to
+    ``(structure, crc)``: ``structure`` is ``(dtype, shape)`` for a tensor, ``(type name,)``
+    for a plain value; ``crc`` the CRC-32 of its bytes. Tensors are not materialized."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        head = os.pread(fd, _HEAD.size, 0)
+        magic, length = _HEAD.unpack(head) if len(head) == _HEAD.size else (b"", 0)
+        if magic != MAGIC:
+            raise ValueError(f"{path} is not an elasticjob checkpoint file")
+        skeleton = pickle.loads(os.pread(fd, length, _HEAD.size))
+
+        def leaf(value: Any) -> tuple[tuple[Any, ...], int]:
+            if isinstance(value, TensorRef):
+                return (value.dtype, value.shape), _crc_range(fd, value.offset, value.nbytes)
+            return (type(value).__name__,), zlib.crc32(pickle.dumps(value, protocol=5))
+
+        return flatten(skeleton, leaf)
+    finally:
+        os.close(fd)
+
+
+def signature(state: Any) -> dict[str, tuple[str, tuple[int, ...]] | None]:
+    """Entry path to ``(dtype, shape)`` for each tensor of a live state dict (``None`` for a
+    plain value): what ``resize.first_mismatch`` compares."""
+
+    def leaf(value: Any) -> tuple[str, tuple[int, ...]] | None:
+        if isinstance(value, torch.Tensor):
+            return str(value.dtype), tuple(value.shape)
+        return None
+
+    return flatten(state, leaf)

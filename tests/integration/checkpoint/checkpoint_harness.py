@@ -21,6 +21,7 @@ from elasticjob_agent.protocol.keys import DEFAULT_PREFIX, JobKeys
 
 REPO = Path(__file__).resolve().parents[3]
 WORKER = Path(__file__).resolve().parent / "scripts" / "ckpt_worker.py"
+RESIZE_WORKER = Path(__file__).resolve().parent / "scripts" / "ckpt_resize_worker.py"
 READY_TIMEOUT = 180.0
 """A service imports torch (through the etcd session's errors): slow on a loaded machine."""
 RANK_TIMEOUT = 240.0
@@ -134,9 +135,10 @@ def run_ranks(
     mode: str,
     *args: str,
     env: dict[str, str] | None = None,
+    worker: Path = WORKER,
 ) -> list[dict[str, Any]]:
-    """One real process per rank (rank i talks to ``sockets[i]``'s service, or to a node of
-    its own when None); returns each rank's JSON result."""
+    """One real process per rank of ``worker`` (rank i talks to ``sockets[i]``'s service, or to
+    a node of its own when None); returns each rank's JSON result."""
     world = len(sockets)
     port = free_port()
     procs = []
@@ -158,7 +160,7 @@ def run_ranks(
         with open(base / f"rank{rank}-{mode}.log", "ab") as log:
             procs.append(
                 subprocess.Popen(
-                    [sys.executable, str(WORKER), "--mode", mode, "--out", str(out), *args],
+                    [sys.executable, str(worker), "--mode", mode, "--out", str(out), *args],
                     env=_env(extra),
                     stdout=log,
                     stderr=subprocess.STDOUT,

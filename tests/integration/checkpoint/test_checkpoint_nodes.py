@@ -8,8 +8,7 @@ import shutil
 import socket
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,36 +19,6 @@ from elasticjob_agent.checkpoint.manifest import HolderRecord, ShardId
 from elasticjob_agent.checkpoint.store import ShardStore
 
 pytestmark = pytest.mark.timeout(600)
-
-
-@pytest.fixture
-def tls(etcd_tls_server: object) -> dict[str, Path]:
-    material = etcd_tls_server.tls  # type: ignore[attr-defined]
-    return {"ca": material.ca, "cert": material.client_cert, "key": material.client_key}
-
-
-@pytest.fixture
-def nodes(
-    tmp_path: Path, etcd_tls_server: object, tls: dict[str, Path]
-) -> Iterator[Callable[..., Node]]:
-    run_id = f"ckpt-{uuid.uuid4().hex[:8]}"
-    started: list[Node] = []
-
-    def start(name: str, **kwargs: object) -> Node:
-        kwargs.setdefault("tls", tls)
-        node = Node(
-            tmp_path,
-            name,
-            etcd=etcd_tls_server.endpoint,  # type: ignore[attr-defined]
-            run_id=run_id,
-            **kwargs,  # type: ignore[arg-type]
-        )
-        started.append(node)
-        return node
-
-    yield start
-    for node in started:
-        node.cleanup()
 
 
 def _wait_for(check: Callable[[], bool], what: str, timeout: float = 60.0) -> None:

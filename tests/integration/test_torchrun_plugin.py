@@ -54,7 +54,6 @@ def test_entry_point_rejects_bad_conf(etcd_server: EtcdServer) -> None:
         ep.load()()(params)
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_torchrun_trains_two_nodes_and_resumes(etcd_server: EtcdServer, tmp_path: Path) -> None:
     ckpt = tmp_path / "ckpt"

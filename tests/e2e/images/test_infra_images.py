@@ -10,11 +10,7 @@ import socket
 import struct
 from pathlib import Path
 
-import pytest
-
 from tests.e2e.images.imagetools import REFS, Podman, wait_until
-
-pytestmark = [pytest.mark.slow]
 
 HARDENED = ("--read-only", "--read-only-tmpfs=false", "--cap-drop=ALL")
 

@@ -18,7 +18,7 @@ from elasticjob_localcluster import LocalCluster
 
 from tests.e2e.images.imagetools import REFS, REPO, Podman
 
-pytestmark = [pytest.mark.slow, pytest.mark.e2e]
+pytestmark = pytest.mark.e2e
 
 
 def _healthy(url: str) -> bool:

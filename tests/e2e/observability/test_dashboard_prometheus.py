@@ -28,7 +28,7 @@ from tests.e2e.observability.prometheus_server import Prometheus, finite_points
 from tests.unit.chart.charttools import REPO
 from tests.unit.chart.dashboard_queries import queries
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.e2e
 
 AGENT_PORT = 29401
 OPERATOR_PORT = 8080

@@ -12,7 +12,7 @@ from elasticjob_localcluster import LocalCluster
 
 from tests.e2e.operator.conftest import OperatorProcess, condition, job_manifest, phase, wait_job
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.e2e
 
 
 def _rules(*rules: dict[str, Any]) -> dict[str, Any]:

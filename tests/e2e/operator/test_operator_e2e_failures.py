@@ -27,7 +27,7 @@ from tests.e2e.operator.conftest import (
     wait_job,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.e2e
 
 DETECT_WITHIN = 15.0
 """The stall detection target: EtcdUnavailable within 15 s of the outage."""

@@ -15,7 +15,7 @@ from elasticjob_localcluster.placement import on_virtual_nodes
 
 from tests.e2e.operator.conftest import OperatorProcess, get_job, job_manifest, phase, wait_job
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.e2e
 
 SERVER = r"""
 import socket, sys, threading

@@ -26,7 +26,7 @@ from tests.e2e.operator.conftest import (
     wait_job,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.e2e
 
 ACQUIRED = "acquired by"
 STANDING_BY = "standing by"

@@ -31,7 +31,7 @@ from tests.e2e.operator.conftest import (
     wait_job,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.e2e
 
 
 def _apply(cluster: LocalCluster, ns: str, manifest: dict[str, Any]) -> None:

@@ -29,7 +29,7 @@ from tests.e2e.operator.conftest import (
     wait_job,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.e2e
 
 
 def _events(cluster: LocalCluster, ns: str, name: str) -> list[dict[str, Any]]:

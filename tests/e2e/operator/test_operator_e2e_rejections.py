@@ -11,7 +11,7 @@ from elasticjob_localcluster import LocalCluster
 
 from tests.e2e.operator.conftest import OperatorProcess, condition, job_manifest, wait_job
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.e2e
 
 RESTRICTED = "pod-security.kubernetes.io/enforce"
 

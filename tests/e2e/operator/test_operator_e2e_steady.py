@@ -22,7 +22,7 @@ from tests.e2e.operator.conftest import (
     wait_job,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.e2e
 
 _STEADY_OK = re.compile(r'^elasticjob_steady_checks_total\{result="ok"\} (\S+)$', re.M)
 

@@ -25,7 +25,7 @@ from tests.e2e.operator.conftest import (
     wait_job,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.e2e
 
 
 def _intruder(name: str, ns: str, endpoint: str, *command: str) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from tests.e2e.realnodes.conftest import (
     wait_job,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.e2e
 
 MISSING_IMAGE = "127.0.0.1:1/elasticjob/no-such-image:0"
 """No registry serves this (port 1 on the node's loopback refuses at once): the pull fails."""

@@ -16,7 +16,7 @@ from elasticjob_localcluster import LocalCluster
 
 from tests.e2e.realnodes.conftest import REPO
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.e2e
 
 
 def test_the_demo_script_passes_on_the_real_nodes(cluster: LocalCluster) -> None:

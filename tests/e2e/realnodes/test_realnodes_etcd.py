@@ -35,7 +35,7 @@ from tests.e2e.realnodes.conftest import (
 )
 from tests.e2e.realnodes.test_realnodes_operator import RESUMED
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.e2e
 
 DETECT_WITHIN = 15.0
 """The stall detection target (docs/operator.md): EtcdUnavailable within 15 s of the outage."""

@@ -37,7 +37,7 @@ from tests.e2e.realnodes.conftest import (
     wait_job,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.e2e
 
 EXAMPLES = REPO / "examples"
 RUN_HERE = {

@@ -27,7 +27,7 @@ from tests.e2e.realnodes.conftest import (
     wait_job,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.e2e
 
 
 def _live(cluster: LocalCluster, ns: str) -> list[str]:

@@ -39,7 +39,7 @@ from tests.e2e.realnodes.conftest import (
     wait_job,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.e2e
 
 
 #: Tries a TCP connection to each ``host:port`` argument (3 s each); prints {target: outcome}

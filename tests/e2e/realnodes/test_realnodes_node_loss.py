@@ -25,7 +25,7 @@ from tests.e2e.realnodes.conftest import (
 )
 from tests.e2e.realnodes.test_realnodes_operator import RESUMED
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.e2e
 
 HOSTNAME = "kubernetes.io/hostname"
 

@@ -31,7 +31,7 @@ from tests.e2e.realnodes.conftest import (
 
 RESUMED = re.compile(r"resumed from step=[1-9]")
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.e2e
 
 
 def _operator_pod(cluster: LocalCluster, release: Release) -> dict[str, object]:

@@ -30,7 +30,7 @@ from tests.e2e.realnodes.conftest import (
 )
 from tests.e2e.realnodes.test_realnodes_node_loss import HOSTNAME, _node_of_operator, _placed
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.e2e
 
 JOINED = "elasticjob.dev/joined-round"
 STOOD_BY = "elasticjob.dev/stood-by"

@@ -12,7 +12,7 @@ import pytest
 from agent_harness import SCRIPTS, Agent, job_counts, rdzv_flags
 from elasticjob_agent.protocol.exit_codes import ExitCode
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
+pytestmark = pytest.mark.timeout(420)
 
 Spawn = Callable[..., Agent]
 

@@ -15,7 +15,7 @@ import pytest
 from agent_harness import TRAIN, Agent, job_counts, rdzv_flags, wait_for
 from elasticjob_agent.protocol.exit_codes import ExitCode
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
+pytestmark = pytest.mark.timeout(420)
 
 Spawn = Callable[..., Agent]
 REPORT_WITHIN = 5.0  # "within a few seconds": probe every 1 s with a 1 s deadline

@@ -16,7 +16,7 @@ import pytest
 from agent_harness import SCRIPTS, Agent, job_counts, pid_alive, rdzv_flags
 from elasticjob_agent.protocol.exit_codes import ExitCode
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
+pytestmark = pytest.mark.timeout(420)
 
 Spawn = Callable[..., Agent]
 

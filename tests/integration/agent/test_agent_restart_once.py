@@ -27,7 +27,7 @@ from agent_harness import (
     wait_for,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
+pytestmark = pytest.mark.timeout(420)
 
 Spawn = Callable[..., Agent]
 

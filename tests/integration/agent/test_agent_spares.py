@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from agent_harness import TRAIN, Agent, job_counts, pid_alive, rdzv_flags, wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
+pytestmark = pytest.mark.timeout(420)
 
 Spawn = Callable[..., Agent]
 JOIN_TIMEOUT = 15

@@ -24,7 +24,7 @@ from agent_harness import (
 from elasticjob_agent.protocol.exit_codes import ExitCode
 from elasticjob_agent.protocol.health import HealthReport
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
+pytestmark = pytest.mark.timeout(420)
 
 Spawn = Callable[..., Agent]
 

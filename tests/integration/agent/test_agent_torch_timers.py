@@ -14,7 +14,7 @@ from agent_harness import SCRIPTS, Agent, job_counts, rdzv_flags
 from elasticjob_agent.protocol.exit_codes import ExitCode
 from elasticjob_agent.protocol.health import HealthReport
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = pytest.mark.timeout(300)
 
 Spawn = Callable[..., Agent]
 

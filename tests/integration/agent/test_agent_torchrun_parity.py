@@ -13,7 +13,7 @@ import pytest
 from agent_harness import TRAIN, Agent, wait_for
 from elasticjob_agent.ports import free_port
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = pytest.mark.timeout(300)
 
 Spawn = Callable[..., Agent]
 

@@ -172,7 +172,6 @@ def _conf_flag(server: EtcdServer) -> str:
     return ",".join(f"{k}={v}" for k, v in conf.items())
 
 
-@pytest.mark.slow
 def test_torchrun_trains_two_nodes_over_tls(etcd_tls_server: EtcdServer, tmp_path: Path) -> None:
     cmd = [
         str(BIN / "torchrun"),
@@ -191,7 +190,6 @@ def test_torchrun_trains_two_nodes_over_tls(etcd_tls_server: EtcdServer, tmp_pat
     _finish(_launch(cmd))
 
 
-@pytest.mark.slow
 def test_elasticjob_agent_trains_two_nodes_over_tls(
     etcd_tls_server: EtcdServer, tmp_path: Path
 ) -> None:

@@ -90,7 +90,6 @@ def _rendezvous(run: Run, handler: EtcdRendezvousHandler) -> None:
             run.errors.append(exc)
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_random_schedules_on_real_etcd(etcd_server: EtcdServer) -> None:
     total_events = 0

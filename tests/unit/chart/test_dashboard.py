@@ -1,4 +1,4 @@
-"""The Grafana dashboard: the panels the issue asks for, valid PromQL, only documented metrics."""
+"""The Grafana dashboard: the panels operators need, valid PromQL, only documented metrics."""
 
 from __future__ import annotations
 

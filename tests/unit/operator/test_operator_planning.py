@@ -387,7 +387,7 @@ def _running_unprobed(cluster: Cluster) -> tuple[JobStatus, dict[str, HealthRepo
 def test_an_etcd_that_served_a_running_group_is_recreated_when_lost_though_no_probe_saw_it() -> (
     None
 ):
-    """The e2e failure of issue 11: the probe never saw generation 0 ready, the agents trained on
+    """A failure seen end to end: the probe never saw generation 0 ready, the agents trained on
     it, then it was cut off. It must be replaced, not left to fail the job at the stall timeout."""
     cluster = Cluster()
     spec = job_spec()

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from elasticjob_localcluster import LocalCluster
 
-from tests.unit.chart.charttools import CHART, REPO
+from tests.support.paths import CHART, REPO
 
 pytestmark = pytest.mark.e2e
 

@@ -10,7 +10,7 @@ import socket
 import struct
 from pathlib import Path
 
-from tests.e2e.images.imagetools import REFS, Podman, wait_until
+from tests.support.images import REFS, Podman, wait_until
 
 HARDENED = ("--read-only", "--read-only-tmpfs=false", "--cap-drop=ALL")
 

@@ -11,14 +11,8 @@ from typing import Any
 import pytest
 from elasticjob_localcluster import LocalCluster
 
-from tests.e2e.realnodes.conftest import (
-    Release,
-    apply_job,
-    job_manifest,
-    phase,
-    pods,
-    wait_job,
-)
+from tests.support.jobs import phase, pods
+from tests.support.realnodes import Release, apply_job, job_manifest, wait_job
 
 pytestmark = pytest.mark.e2e
 

@@ -14,7 +14,7 @@ import uuid
 import pytest
 from elasticjob_localcluster import LocalCluster
 
-from tests.e2e.realnodes.conftest import REPO
+from tests.support.paths import REPO
 
 pytestmark = pytest.mark.e2e
 

@@ -13,16 +13,8 @@ from typing import Any
 import pytest
 from elasticjob_localcluster import LocalCluster
 
-from tests.e2e.realnodes.conftest import (
-    apply_job,
-    by_reason,
-    condition,
-    diagnostics,
-    expect_counts,
-    job_manifest,
-    phase,
-    wait_job,
-)
+from tests.support.jobs import by_reason, condition, phase
+from tests.support.realnodes import apply_job, diagnostics, expect_counts, job_manifest, wait_job
 
 pytestmark = pytest.mark.e2e
 

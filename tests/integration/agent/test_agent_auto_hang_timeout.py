@@ -9,8 +9,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from agent_harness import SCRIPTS, Agent, job_counts, rdzv_flags
 from elasticjob_agent.protocol.exit_codes import ExitCode
+
+from tests.support.agent_harness import SCRIPTS, Agent, job_counts, rdzv_flags
 
 pytestmark = pytest.mark.timeout(420)
 

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_harness import TRAIN, Agent, job_counts, rdzv_flags, wait_for
 from elasticjob_agent.protocol.exit_codes import ExitCode
+
+from tests.support.agent_harness import TRAIN, Agent, job_counts, rdzv_flags, wait_for
 
 pytestmark = pytest.mark.timeout(420)
 

@@ -14,8 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_harness import SCRIPTS, Agent, close_reason, job_counts, pid_alive, rdzv_flags
 from elasticjob_agent.protocol.exit_codes import ExitCode
+
+from tests.support.agent_harness import (
+    SCRIPTS,
+    Agent,
+    close_reason,
+    job_counts,
+    pid_alive,
+    rdzv_flags,
+)
 
 pytestmark = pytest.mark.timeout(420)
 

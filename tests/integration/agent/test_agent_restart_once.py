@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_harness import (
+
+from tests.support.agent_harness import (
     SCRIPTS,
     TRAIN,
     Agent,

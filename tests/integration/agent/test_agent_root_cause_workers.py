@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_harness import SCRIPTS, Agent, rdzv_flags
 from elasticjob_agent.protocol.exit_codes import ExitCode
 from elasticjob_agent.protocol.failure import (
     FinalCounts,
@@ -18,6 +17,8 @@ from elasticjob_agent.protocol.failure import (
     from_termination_message,
 )
 from elasticjob_agent.protocol.health import HealthReport
+
+from tests.support.agent_harness import SCRIPTS, Agent, rdzv_flags
 
 pytestmark = pytest.mark.timeout(300)
 

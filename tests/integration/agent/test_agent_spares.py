@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_harness import TRAIN, Agent, job_counts, pid_alive, rdzv_flags, wait_for
+
+from tests.support.agent_harness import TRAIN, Agent, job_counts, pid_alive, rdzv_flags, wait_for
 
 pytestmark = pytest.mark.timeout(420)
 

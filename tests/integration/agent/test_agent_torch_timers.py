@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_harness import SCRIPTS, Agent, job_counts, rdzv_flags
 from elasticjob_agent.protocol.exit_codes import ExitCode
 from elasticjob_agent.protocol.health import HealthReport
+
+from tests.support.agent_harness import SCRIPTS, Agent, job_counts, rdzv_flags
 
 pytestmark = pytest.mark.timeout(300)
 

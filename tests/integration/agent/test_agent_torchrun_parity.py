@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_harness import TRAIN, Agent, wait_for
 from elasticjob_agent.ports import free_port
+
+from tests.support.agent_harness import TRAIN, Agent, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -17,7 +17,7 @@ from aetcd import rpc
 from elasticjob_agent.etcd.client import EtcdClient
 from elasticjob_agent.rendezvous import RendezvousConnectionError
 
-from tests.integration.conftest import EtcdServer
+from tests.support.etcd_server import EtcdServer
 
 TIMEOUT = 0.5
 

@@ -14,8 +14,8 @@ from elasticjob_agent.etcd.client import EtcdClient
 from elasticjob_agent.etcd.messages import op_put
 from elasticjob_agent.etcd.session import LeaseKeeper
 
-from tests.integration.conftest import EtcdServer
-from tests.integration.etcd.test_client_slow_etcd import WAIT_LIMIT, wait_until
+from tests.support.etcd_server import EtcdServer
+from tests.support.waiting import WAIT_LIMIT, wait_until
 
 # The agent's request deadline: longer than a third of the TTLs used here.
 REQUEST_TIMEOUT = 5.0

@@ -24,7 +24,7 @@ from elasticjob_agent.rendezvous.config import RendezvousConfig
 from elasticjob_agent.rendezvous.handler import EtcdRendezvousHandler
 from torch.distributed.elastic.rendezvous import RendezvousParameters
 
-from tests.integration.conftest import EtcdServer
+from tests.support.etcd_server import EtcdServer
 
 REPO = Path(__file__).resolve().parents[3]
 BIN = Path(sys.executable).parent

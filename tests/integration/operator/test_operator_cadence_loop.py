@@ -27,7 +27,7 @@ from elasticjob_operator.reconciler import JobLoop, LoopSettings, OwnedPod
 from elasticjob_operator.spec import JobSpec, parse_spec
 from elasticjob_operator.status import JobStatus, Phase
 
-from tests.unit.operator.opfixtures import JOB, T0, Cluster, raw_spec, report, step
+from tests.support.operator_model import JOB, T0, Cluster, raw_spec, report, step
 
 SPEC = raw_spec(replicas=2, minNodes=2, maxNodes=2, etcd={"insecure": True})
 

@@ -23,8 +23,8 @@ from elasticjob_agent.ports import free_port
 from elasticjob_agent.protocol.keys import JobKeys
 from elasticjob_operator import manifests, names, pki, probes, seeding
 
-from tests.integration.conftest import etcd_binary
-from tests.unit.operator.opfixtures import job_spec
+from tests.support.etcd_server import etcd_binary
+from tests.support.operator_model import job_spec
 
 SERVICE = "demo-etcd.ns.svc"
 NOW = datetime.datetime.now(datetime.UTC)

@@ -18,8 +18,8 @@ from elasticjob_agent.rendezvous.handler import EtcdRendezvousHandler
 from torch.distributed.elastic.rendezvous import RendezvousInfo, RendezvousParameters
 from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handler
 
-from tests.integration.conftest import EtcdServer
-from tests.integration.rendezvous.helpers import (
+from tests.support.etcd_server import EtcdServer
+from tests.support.rendezvous_handlers import (
     Result,
     assert_one_group,
     make_handler,

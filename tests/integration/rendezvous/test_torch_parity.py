@@ -14,8 +14,8 @@ from elasticjob_agent.rendezvous.config import RendezvousConfig
 from elasticjob_agent.rendezvous.handler import EtcdRendezvousHandler
 from torch.distributed.elastic.rendezvous import RendezvousParameters
 
-from tests.integration.conftest import EtcdServer
-from tests.integration.rendezvous.helpers import new_run_id
+from tests.support.etcd_server import EtcdServer
+from tests.support.rendezvous_handlers import new_run_id
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 import yaml
 
-from tests.unit.chart.charttools import REPO
+from tests.support.paths import REPO
 
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
 

@@ -11,16 +11,8 @@ from elasticjob_operator.conditions import ConditionType, find_condition, is_tru
 from elasticjob_operator.observed import PodPhase
 from elasticjob_operator.status import JobStatus, Phase
 
-from tests.unit.operator.opfixtures import JOB, RUN_ID, T0, Cluster, job_spec, report, step
-
-
-def _started(cluster: Cluster, replicas: int = 2) -> JobStatus:
-    """Create the job's objects, let them run, reach etcd: the status after that."""
-    spec = job_spec(replicas=replicas)
-    result = step(cluster, JobStatus(), spec, T0)
-    cluster.run_all()
-    result = step(cluster, result.status, spec, T0 + 1, etcd_reachable=True)
-    return result.status
+from tests.support.operator_model import JOB, RUN_ID, T0, Cluster, job_spec, report, step
+from tests.support.operator_model import started as _started
 
 
 def _kinds(plan: planning.Plan) -> list[tuple[str, str]]:

@@ -17,7 +17,7 @@ from elasticjob_operator.spec import SpecError
 from elasticjob_operator.status import JobStatus
 from prometheus_client import REGISTRY
 
-from tests.unit.operator.opfixtures import RUN_ID, T0, Cluster, job_spec, report, step
+from tests.support.operator_model import RUN_ID, T0, Cluster, job_spec, report, step
 
 TARGET = AgentTarget((Endpoint("etcd", 2379),), RUN_ID, "node-0", 2)
 

@@ -13,7 +13,7 @@ from elasticjob_operator.status import EtcdState, JobStatus, Phase, StallState
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.unit.operator.opfixtures import RUN_ID, T0, report
+from tests.support.operator_model import RUN_ID, T0, report
 
 
 def test_condition_transition_time_changes_only_when_status_flips() -> None:

@@ -12,7 +12,7 @@ from elasticjob_operator.names import JobRef
 from elasticjob_operator.reconciler import JobLoop, LoopSettings
 from elasticjob_operator.status import EtcdState, JobStatus
 
-from tests.unit.operator.opfixtures import JOB
+from tests.support.operator_model import JOB
 
 
 class StoredJob:

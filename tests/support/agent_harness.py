@@ -17,9 +17,10 @@ from typing import Any
 
 from elasticjob_agent.ports import free_port
 
-REPO = Path(__file__).resolve().parents[3]
+from tests.support.paths import REPO
+
 TRAIN = REPO / "examples" / "train.py"
-SCRIPTS = Path(__file__).resolve().parent / "scripts"
+SCRIPTS = REPO / "tests" / "integration" / "agent" / "scripts"
 AGENT = [sys.executable, "-m", "elasticjob_agent"]
 
 

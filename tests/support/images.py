@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[3]
+from tests.support.paths import REPO
+
 BUILD = REPO / "localcluster" / "images" / "build.sh"
 REFS = {
     "pause": "registry.k8s.io/pause:3.10",

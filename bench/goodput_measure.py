@@ -116,7 +116,7 @@ def goodput(
     return round(min(1.0, max(0, final - first.step) * step_time / wall), 4)
 
 
-def row(  # noqa: PLR0917 (the row's keys, in the issue's order)
+def row(  # noqa: PLR0917 (the row's keys, in the --json order)
     candidate: str,
     spares: int,
     fault: str,

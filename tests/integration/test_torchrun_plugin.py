@@ -12,7 +12,7 @@ import pytest
 from elasticjob_agent.rendezvous.handler import EtcdRendezvousHandler
 from torch.distributed.elastic.rendezvous import RendezvousParameters
 
-from tests.integration.conftest import EtcdServer
+from tests.support.etcd_server import EtcdServer
 
 REPO = Path(__file__).resolve().parents[2]
 TORCHRUN = Path(sys.executable).with_name("torchrun")
@@ -54,7 +54,6 @@ def test_entry_point_rejects_bad_conf(etcd_server: EtcdServer) -> None:
         ep.load()()(params)
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_torchrun_trains_two_nodes_and_resumes(etcd_server: EtcdServer, tmp_path: Path) -> None:
     ckpt = tmp_path / "ckpt"

@@ -3,7 +3,7 @@
 
 The executor sends these ranges (in the same transaction as an action, or alone) and parses
 etcd's answer with ``parse_snapshot``/``parse_roster``; the tests' model of etcd
-(tests/unit/rendezvous/model.py) answers the same ranges from its keys and parses them with the
+(tests/support/rendezvous_model.py) answers the same ranges from its keys and parses them with the
 same functions, so the randomized schedules check the snapshots production reads.
 """
 

@@ -2,7 +2,7 @@
 
 ``decide`` says what to do; ``transaction`` says exactly what etcd is asked: the compares, the
 writes if they hold, and which round's snapshot both branches read back. The executor turns a
-``Txn`` into an etcd request; the tests' model of etcd (tests/unit/rendezvous/model.py)
+``Txn`` into an etcd request; the tests' model of etcd (tests/support/rendezvous_model.py)
 interprets the same ``Txn``, so the randomized schedules check the transactions production
 sends, not a copy of them.
 

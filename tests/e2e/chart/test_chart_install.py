@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from elasticjob_localcluster import LocalCluster
 
-from tests.unit.chart.charttools import CHART, REPO
+from tests.support.paths import CHART, REPO
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.e2e
 
 _PHASE_SAMPLE = re.compile(r"^elasticjob_job_phase\{([^}]*)\}")
 _LABEL = re.compile(r'(\w+)="([^"]*)"')

@@ -19,7 +19,7 @@ from elasticjob_localcluster import LocalCluster
 from elasticjob_localcluster.testing import TRAINING_IMAGE
 from elasticjob_operator.core.manifests import WORKER_GRACE_SECONDS
 
-from tests.unit.chart.charttools import CHART, REPO
+from tests.support.paths import CHART, REPO
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

@@ -15,10 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.chart.charttools import REPO
-from tests.unit.chart.dockerfile_steps import Replay, Stage, base_environment, parse
-
-pytestmark = pytest.mark.slow
+from tests.support.dockerfile import Replay, Stage, base_environment, parse
+from tests.support.paths import REPO
 
 # The host interpreter plays the base image's python (same minor version as python:3.11-slim).
 BASE_PYTHON = "/usr/bin/python3.11"

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.e2e.images.imagetools import Podman
+from tests.support.images import Podman
 
 
 @pytest.fixture

@@ -10,12 +10,9 @@ import socket
 import struct
 from pathlib import Path
 
-import pytest
 from elasticjob_localcluster.versions import ETCD_VERSION
 
-from tests.e2e.images.imagetools import REFS, Podman, wait_until
-
-pytestmark = [pytest.mark.slow]
+from tests.support.images import REFS, Podman, wait_until
 
 HARDENED = ("--read-only", "--read-only-tmpfs=false", "--cap-drop=ALL")
 

@@ -16,9 +16,10 @@ import pytest
 from elasticjob_agent.ports import free_port
 from elasticjob_localcluster import LocalCluster
 
-from tests.e2e.images.imagetools import REFS, REPO, Podman
+from tests.support.images import REFS, Podman
+from tests.support.paths import REPO
 
-pytestmark = [pytest.mark.slow, pytest.mark.e2e]
+pytestmark = pytest.mark.e2e
 
 
 def _healthy(url: str) -> bool:

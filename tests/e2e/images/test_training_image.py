@@ -12,9 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.images.imagetools import REFS, Podman, wait_until
-
-pytestmark = [pytest.mark.slow]
+from tests.support.images import REFS, Podman, wait_until
 
 # A worker that makes an orphan (a background `sleep` whose shell exits at once, so the kernel
 # re-parents it to PID 1), records SIGTERM, and otherwise waits to be stopped.

@@ -12,7 +12,7 @@ from elasticjob_localcluster import ClusterError, LocalCluster
 from elasticjob_localcluster.kubeflow import TrainingOperator
 from elasticjob_localcluster.testing import real_pod
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.e2e
 
 
 def pytorchjob(name: str, *, container: str = "pytorch", steps: int = 40) -> dict[str, Any]:

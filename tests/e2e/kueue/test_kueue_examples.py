@@ -9,7 +9,7 @@ import pytest
 from elasticjob_localcluster import LocalCluster
 from elasticjob_localcluster.kueue import MANAGED_NAMESPACE_LABEL
 
-from tests.e2e.operator.conftest import REPO
+from tests.support.paths import REPO
 
 pytestmark = pytest.mark.e2e
 

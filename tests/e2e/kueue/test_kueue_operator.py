@@ -11,7 +11,8 @@ import pytest
 from elasticjob_localcluster import LocalCluster
 from elasticjob_localcluster.testing import python_pod
 
-from tests.e2e.kueue.conftest import (
+from tests.support.jobs import by_reason, condition, phase, st, wait_job
+from tests.support.kueue import (
     admitted_gpus,
     events,
     gated,
@@ -22,7 +23,6 @@ from tests.e2e.kueue.conftest import (
     wait,
     worker_pods,
 )
-from tests.e2e.operator.conftest import by_reason, condition, phase, st, wait_job
 
 pytestmark = pytest.mark.e2e
 

@@ -9,7 +9,7 @@ import pytest
 from elasticjob_localcluster import LocalCluster
 from elasticjob_localcluster.testing import python_pod
 
-from tests.e2e.kueue.conftest import admitted, admitted_gpus, gated, wait, workloads
+from tests.support.kueue import admitted, admitted_gpus, gated, wait, workloads
 
 pytestmark = pytest.mark.e2e
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from elasticjob_localcluster import LocalCluster
 
-from tests.e2e.kueue.conftest import events, gpu_job
-from tests.e2e.operator.conftest import phase, st, wait_job
+from tests.support.jobs import phase, st, wait_job
+from tests.support.kueue import events, gpu_job
 
 pytestmark = pytest.mark.e2e
 

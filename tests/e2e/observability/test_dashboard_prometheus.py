@@ -24,11 +24,11 @@ from scripts.demo_cluster import (
     PodView,
     Scenario,
 )
-from tests.e2e.observability.prometheus_server import Prometheus, finite_points
-from tests.unit.chart.charttools import REPO
-from tests.unit.chart.dashboard_queries import queries
+from tests.support.dashboard import queries
+from tests.support.paths import REPO
+from tests.support.prometheus import Prometheus, finite_points
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.e2e
 
 AGENT_PORT = 29401
 OPERATOR_PORT = 8080

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
-from tests.e2e.observability.prometheus_server import Prometheus, finite_points
+from tests.support.prometheus import Prometheus, finite_points
 
 
 def test_scrapes_a_target_and_answers_range_queries(tmp_path: Path) -> None:

@@ -15,20 +15,10 @@ import pytest
 from elasticjob_localcluster import LocalCluster
 from elasticjob_localcluster.versions import ETCD_IMAGE
 
-from tests.e2e.operator.conftest import (
-    OperatorProcess,
-    agent_status,
-    by_reason,
-    condition,
-    get_job,
-    job_manifest,
-    phase,
-    pods,
-    st,
-    wait_job,
-)
+from tests.support.jobs import by_reason, condition, get_job, phase, pods, st, wait_job
+from tests.support.operator_e2e import OperatorProcess, agent_status, job_manifest
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.e2e
 
 DETECT_WITHIN = 15.0
 """The stall detection target: EtcdUnavailable within 15 s of the outage."""

@@ -10,16 +10,11 @@ import pytest
 from elasticjob_localcluster import LocalCluster
 from elasticjob_localcluster.placement import VIRTUAL_NODE_PLACEMENT
 
-from tests.e2e.operator.conftest import (
-    REPO,
-    OperatorProcess,
-    job_manifest,
-    phase,
-    st,
-    wait_job,
-)
+from tests.support.jobs import phase, st, wait_job
+from tests.support.operator_e2e import OperatorProcess, job_manifest
+from tests.support.paths import REPO
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.e2e
 
 
 def test_helm_installed_operator_trains_a_job_to_succeeded(

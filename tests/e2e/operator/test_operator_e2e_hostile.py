@@ -13,9 +13,10 @@ import pytest
 from elasticjob_localcluster import LocalCluster
 from elasticjob_localcluster.placement import on_virtual_nodes
 
-from tests.e2e.operator.conftest import OperatorProcess, get_job, job_manifest, phase, wait_job
+from tests.support.jobs import get_job, phase, wait_job
+from tests.support.operator_e2e import OperatorProcess, job_manifest
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.e2e
 
 SERVER = r"""
 import socket, sys, threading

@@ -15,18 +15,10 @@ from pathlib import Path
 import pytest
 from elasticjob_localcluster import LocalCluster
 
-from tests.e2e.operator.conftest import (
-    OperatorProcess,
-    agent_status,
-    by_reason,
-    get_job,
-    job_manifest,
-    phase,
-    st,
-    wait_job,
-)
+from tests.support.jobs import by_reason, get_job, phase, st, wait_job
+from tests.support.operator_e2e import OperatorProcess, agent_status, job_manifest
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.e2e
 
 ACQUIRED = "acquired by"
 STANDING_BY = "standing by"

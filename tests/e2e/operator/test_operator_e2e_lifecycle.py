@@ -15,23 +15,17 @@ import yaml
 from elasticjob_localcluster import LocalCluster
 from elasticjob_localcluster.placement import on_virtual_nodes
 
-from tests.e2e.operator.conftest import (
-    REPO,
+from tests.support.jobs import by_reason, condition, get_job, phase, pods, st, wait_job
+from tests.support.operator_e2e import (
     SERVICE_ACCOUNT,
     SYSTEM_NS,
     OperatorProcess,
-    by_reason,
-    condition,
     evidence,
-    get_job,
     job_manifest,
-    phase,
-    pods,
-    st,
-    wait_job,
 )
+from tests.support.paths import REPO
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.e2e
 
 
 def _apply(cluster: LocalCluster, ns: str, manifest: dict[str, Any]) -> None:

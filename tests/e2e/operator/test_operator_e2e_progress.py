@@ -17,19 +17,10 @@ from typing import Any
 import pytest
 from elasticjob_localcluster import LocalCluster
 
-from tests.e2e.operator.conftest import (
-    OperatorProcess,
-    agent_status,
-    by_reason,
-    condition,
-    get_job,
-    job_manifest,
-    phase,
-    st,
-    wait_job,
-)
+from tests.support.jobs import by_reason, condition, get_job, phase, st, wait_job
+from tests.support.operator_e2e import OperatorProcess, agent_status, job_manifest
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.e2e
 
 
 def _events(cluster: LocalCluster, ns: str, name: str) -> list[dict[str, Any]]:

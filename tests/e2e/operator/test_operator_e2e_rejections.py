@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 from elasticjob_localcluster import LocalCluster
 
-from tests.e2e.operator.conftest import OperatorProcess, condition, job_manifest, wait_job
+from tests.support.jobs import condition, wait_job
+from tests.support.operator_e2e import OperatorProcess, job_manifest
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.e2e
 
 RESTRICTED = "pod-security.kubernetes.io/enforce"
 

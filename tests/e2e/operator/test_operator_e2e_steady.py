@@ -12,17 +12,10 @@ from typing import Any
 import pytest
 from elasticjob_localcluster import LocalCluster
 
-from tests.e2e.operator.conftest import (
-    OperatorProcess,
-    condition,
-    get_job,
-    job_manifest,
-    pods,
-    st,
-    wait_job,
-)
+from tests.support.jobs import condition, get_job, pods, st, wait_job
+from tests.support.operator_e2e import OperatorProcess, job_manifest
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.e2e
 
 _STEADY_OK = re.compile(r'^elasticjob_steady_checks_total\{result="ok"\} (\S+)$', re.M)
 

@@ -15,18 +15,10 @@ from elasticjob_localcluster import LocalCluster
 from elasticjob_localcluster.placement import on_virtual_nodes
 from elasticjob_localcluster.versions import ETCD_IMAGE
 
-from tests.e2e.operator.conftest import (
-    POOL,
-    OperatorProcess,
-    condition,
-    get_job,
-    job_manifest,
-    phase,
-    st,
-    wait_job,
-)
+from tests.support.jobs import condition, get_job, phase, st, wait_job
+from tests.support.operator_e2e import POOL, OperatorProcess, job_manifest
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.e2e
 
 
 def _intruder(name: str, ns: str, endpoint: str, *command: str) -> dict[str, Any]:

@@ -12,16 +12,10 @@ import pytest
 from elasticjob_localcluster import LocalCluster
 from elasticjob_localcluster.versions import PAUSE_IMAGE
 
-from tests.e2e.realnodes.conftest import (
-    Release,
-    apply_job,
-    job_manifest,
-    phase,
-    pods,
-    wait_job,
-)
+from tests.support.jobs import phase, pods
+from tests.support.realnodes import Release, apply_job, job_manifest, wait_job
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.e2e
 
 MISSING_IMAGE = "127.0.0.1:1/elasticjob/no-such-image:0"
 """No registry serves this (port 1 on the node's loopback refuses at once): the pull fails."""

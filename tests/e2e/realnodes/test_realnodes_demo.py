@@ -14,9 +14,9 @@ import uuid
 import pytest
 from elasticjob_localcluster import LocalCluster
 
-from tests.e2e.realnodes.conftest import REPO
+from tests.support.paths import REPO
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.e2e
 
 
 def test_the_demo_script_passes_on_the_real_nodes(cluster: LocalCluster) -> None:

@@ -16,26 +16,22 @@ from typing import Any
 import pytest
 from elasticjob_localcluster import LocalCluster
 
-from tests.e2e.realnodes.conftest import (
+from tests.support.jobs import condition, get_job, phase, pods, ready_nodes
+from tests.support.realnodes import (
+    RESUMED,
     Release,
     apply_job,
-    condition,
     diagnostics,
     expect_counts,
-    get_job,
     job_events,
     job_manifest,
     operator_metrics,
-    phase,
-    pods,
-    ready_nodes,
     wait_checkpoint,
     wait_job,
     worker_logs,
 )
-from tests.e2e.realnodes.test_realnodes_operator import RESUMED
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.e2e
 
 DETECT_WITHIN = 15.0
 """The stall detection target (docs/operator.md): EtcdUnavailable within 15 s of the outage."""

@@ -30,17 +30,11 @@ from elasticjob_localcluster.placement import REAL_NODE_LABEL
 from elasticjob_localcluster.testing import TRAINING_IMAGE
 from elasticjob_localcluster.versions import ETCD_IMAGE
 
-from tests.e2e.realnodes.conftest import (
-    CHART,
-    REPO,
-    condition,
-    diagnostics,
-    get_job,
-    phase,
-    wait_job,
-)
+from tests.support.jobs import condition, get_job, phase
+from tests.support.paths import CHART, REPO
+from tests.support.realnodes import diagnostics, wait_job
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.e2e
 
 EXAMPLES = REPO / "examples"
 RUN_HERE = {

@@ -1,4 +1,4 @@
-"""The failure policy on real nodes with the chart installed (issue 24, "How we will check").
+"""The failure policy on real nodes with the chart installed.
 
 A trainer that exits 3 under a ``FailJob`` rule on exit code 3 fails the job at its first
 failure, with no failure restart spent (``maxRestarts: 5`` left whole) and the ``FailurePolicy``
@@ -13,18 +13,10 @@ from typing import Any
 import pytest
 from elasticjob_localcluster import LocalCluster
 
-from tests.e2e.realnodes.conftest import (
-    apply_job,
-    by_reason,
-    condition,
-    diagnostics,
-    expect_counts,
-    job_manifest,
-    phase,
-    wait_job,
-)
+from tests.support.jobs import by_reason, condition, phase
+from tests.support.realnodes import apply_job, diagnostics, expect_counts, job_manifest, wait_job
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.e2e
 
 # Exit with CODE on the first RUNS runs of the group (TORCHELASTIC_RESTART_COUNT), else succeed.
 # A str.format template: the f-string's own braces are doubled.

@@ -10,24 +10,20 @@ from typing import Any
 import pytest
 from elasticjob_localcluster import LocalCluster
 
-from tests.e2e.realnodes.conftest import (
+from tests.support.jobs import by_reason, condition, phase, pods, ready_nodes
+from tests.support.realnodes import (
     Release,
     apply_job,
-    by_reason,
-    condition,
     diagnostics,
     expect_counts,
     job_events,
     job_manifest,
-    phase,
-    pods,
-    ready_nodes,
     termination_message,
     wait_checkpoint,
     wait_job,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.e2e
 
 
 def _live(cluster: LocalCluster, ns: str) -> list[str]:

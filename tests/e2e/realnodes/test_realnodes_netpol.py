@@ -26,20 +26,18 @@ from elasticjob_localcluster import LocalCluster
 from elasticjob_localcluster.testing import TRAINING_IMAGE
 from elasticjob_operator.core.names import ETCD_CLIENT_PORT, etcd_tls_secret_name
 
-from tests.e2e.realnodes.conftest import (
+from tests.support.jobs import phase, pods, ready_nodes
+from tests.support.realnodes import (
     RESTRICTED,
     RESTRICTED_CONTAINER,
     Release,
     apply_job,
     diagnostics,
     job_manifest,
-    phase,
-    pods,
-    ready_nodes,
     wait_job,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.e2e
 
 
 #: Tries a TCP connection to each ``host:port`` argument (3 s each); prints {target: outcome}

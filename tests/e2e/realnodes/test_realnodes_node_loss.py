@@ -6,78 +6,31 @@ succeeds; the lost node then boots again."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from elasticjob_localcluster import LocalCluster
 
-from tests.e2e.realnodes.conftest import (
+from tests.support.jobs import by_reason, phase, pods, ready_nodes
+from tests.support.realnodes import (
+    RESUMED,
     Release,
     apply_job,
-    by_reason,
     diagnostics,
     job_manifest,
-    phase,
-    pods,
-    ready_nodes,
+    node_of_operator,
+    placed,
     wait_checkpoint,
     wait_job,
 )
-from tests.e2e.realnodes.test_realnodes_operator import RESUMED
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
-
-HOSTNAME = "kubernetes.io/hostname"
-
-
-def _node_of_operator(cluster: LocalCluster, release: Release) -> str:
-    items = cluster.get_json(
-        "pods", "-n", release.system, "-l", "app.kubernetes.io/name=elasticjob-operator"
-    )["items"]
-    (pod,) = [p for p in items if not p["metadata"].get("deletionTimestamp")]
-    return str(pod["spec"]["nodeName"])
-
-
-def _placed(manifest: dict[str, Any], keep: str) -> dict[str, Any]:
-    """One worker per real node (a hard spread that ignores lost, tainted nodes, so the
-    replacement fits on the survivor), and everything else of the job, the managed etcd
-    included (it copies the template's node affinity), preferably on ``keep``."""
-    spec = manifest["spec"]["template"]["spec"]
-    spec["affinity"] = {
-        "nodeAffinity": {
-            "preferredDuringSchedulingIgnoredDuringExecution": [
-                {
-                    "weight": 100,
-                    "preference": {
-                        "matchExpressions": [{"key": HOSTNAME, "operator": "In", "values": [keep]}]
-                    },
-                }
-            ]
-        }
-    }
-    spec["topologySpreadConstraints"] = [
-        {
-            "maxSkew": 1,
-            "topologyKey": HOSTNAME,
-            "whenUnsatisfiable": "DoNotSchedule",
-            "nodeTaintsPolicy": "Honor",
-            "labelSelector": {
-                "matchLabels": {
-                    "elasticjob.dev/job-name": manifest["metadata"]["name"],
-                    "elasticjob.dev/role": "worker",
-                }
-            },
-        }
-    ]
-    return manifest
+pytestmark = pytest.mark.e2e
 
 
 def test_a_lost_real_node_is_one_failure_its_pod_replaced_on_the_survivor_and_the_job_succeeds(
     cluster: LocalCluster, release: Release, work: str
 ) -> None:
-    keep = _node_of_operator(cluster, release)
+    keep = node_of_operator(cluster, release)
     (victim,) = [n for n in cluster.real_nodes if n != keep]
-    apply_job(cluster, work, _placed(job_manifest("nodeloss", steps=80, nproc=1), keep))
+    apply_job(cluster, work, placed(job_manifest("nodeloss", steps=80, nproc=1), keep))
     wait_job(cluster, work, "nodeloss", "Running on 2 nodes", lambda j: ready_nodes(j) == 2)
     (etcd,) = pods(cluster, work, "etcd")
     if etcd["spec"]["nodeName"] != keep:

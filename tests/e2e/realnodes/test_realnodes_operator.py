@@ -4,7 +4,6 @@ from a killed worker process (one ``failure``) and from a deleted pod (one free 
 
 from __future__ import annotations
 
-import re
 import select
 import subprocess
 from typing import Any
@@ -12,26 +11,22 @@ from typing import Any
 import pytest
 from elasticjob_localcluster import LocalCluster
 
-from tests.e2e.realnodes.conftest import (
+from tests.support.jobs import by_reason, phase, pods, ready_nodes
+from tests.support.realnodes import (
     OPERATOR_IMAGE,
+    RESUMED,
     Release,
     apply_job,
-    by_reason,
     diagnostics,
     job_events,
     job_manifest,
-    phase,
-    pods,
-    ready_nodes,
     termination_message,
     wait_checkpoint,
     wait_job,
     worker_logs,
 )
 
-RESUMED = re.compile(r"resumed from step=[1-9]")
-
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.e2e
 
 
 def _operator_pod(cluster: LocalCluster, release: Release) -> dict[str, object]:

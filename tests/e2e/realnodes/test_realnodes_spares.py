@@ -15,22 +15,21 @@ from typing import Any
 import pytest
 from elasticjob_localcluster import LocalCluster
 
-from tests.e2e.realnodes.conftest import (
+from tests.support.jobs import condition, phase, pods, ready_nodes
+from tests.support.realnodes import (
+    HOSTNAME,
     Release,
     apply_job,
-    condition,
     diagnostics,
     expect_counts,
     job_manifest,
-    phase,
-    pods,
-    ready_nodes,
+    node_of_operator,
+    placed,
     wait_checkpoint,
     wait_job,
 )
-from tests.e2e.realnodes.test_realnodes_node_loss import HOSTNAME, _node_of_operator, _placed
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.e2e
 
 JOINED = "elasticjob.dev/joined-round"
 STOOD_BY = "elasticjob.dev/stood-by"
@@ -47,11 +46,11 @@ def _annotations(pod: dict[str, Any]) -> dict[str, str]:
 def test_a_spare_replaces_a_lost_node_and_a_new_spare_starts(
     cluster: LocalCluster, release: Release, work: str
 ) -> None:
-    keep = _node_of_operator(cluster, release)
+    keep = node_of_operator(cluster, release)
     (victim,) = [n for n in cluster.real_nodes if n != keep]
     # One worker per node first; the spare added next lands beside the operator (the spread
     # allows 2 and 1), so losing the other node loses one member and no spare.
-    manifest = _placed(job_manifest("spares", steps=250, nproc=1), keep)
+    manifest = placed(job_manifest("spares", steps=250, nproc=1), keep)
     # Three workers, the operator and the managed etcd fit on one real node (2 CPUs) after the
     # other is lost: the lost pod's replacement must be schedulable to become the next spare.
     (trainer,) = manifest["spec"]["template"]["spec"]["containers"]
@@ -135,7 +134,7 @@ def test_a_spare_that_cannot_be_scheduled_says_why_and_the_group_trains(
 ) -> None:
     """Bad input: a spare that finds no room (each pod takes all 4 GPUs of the one real node it
     may use) is not ready, the condition quotes the scheduler, and the group trains anyway."""
-    keep = _node_of_operator(cluster, release)
+    keep = node_of_operator(cluster, release)
     manifest = job_manifest("nospare", steps=400, nproc=1)
     spec = manifest["spec"]
     spec.update(replicas=1, minNodes=1, maxNodes=1, spares=1, device="gpu")

@@ -6,7 +6,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
-from agent_harness import Agent
+
+from tests.support.agent_harness import Agent
 
 
 @pytest.fixture

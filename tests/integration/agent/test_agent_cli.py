@@ -6,7 +6,9 @@ import subprocess
 import sys
 
 import pytest
-from agent_harness import REPO, TRAIN
+
+from tests.support.agent_harness import TRAIN
+from tests.support.paths import REPO
 
 EP = ["--rdzv-endpoint", "127.0.0.1:1", "--rdzv-id", "cli"]
 

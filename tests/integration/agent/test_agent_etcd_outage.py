@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_harness import TRAIN, Agent, job_counts, rdzv_flags, wait_for
 from elasticjob_agent.protocol.exit_codes import ExitCode
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
+from tests.support.agent_harness import TRAIN, Agent, job_counts, rdzv_flags, wait_for
+
+pytestmark = pytest.mark.timeout(420)
 
 Spawn = Callable[..., Agent]
 REPORT_WITHIN = 5.0  # "within a few seconds": probe every 1 s with a 1 s deadline
@@ -61,7 +62,11 @@ def test_outage_while_training_etcd_back_in_time(
     for agent in (a, b):
         status = _wait_unreachable(agent, stopped)
         assert status["state"] == "Running"  # training does not need etcd
-    time.sleep(3)
+    # The outage lasts a while: the agents live through 3 s of it.
+    later = time.time() + 3
+    for agent in (a, b):
+        status = agent.wait_status(lambda s: s["updatedAt"] >= later, 30, "a report 3 s later")
+        assert not status["etcd"]["reachable"], status
     etcd_server.start()
     for agent in (a, b):
         agent.wait_status(lambda s: s["etcd"]["reachable"], 30, "etcd reachable again")
@@ -129,7 +134,10 @@ def test_outage_while_rendezvousing(etcd_server: Any, spawn_agent: Spawn, tmp_pa
     etcd_server.kill()
     status = _wait_unreachable(a, time.monotonic())
     assert status["state"] == "Rendezvous" and status["waitingSince"] is not None
-    time.sleep(2)
+    # The agent rides out a while of the outage: a report 2 s later still waits, unreachable.
+    later = status["updatedAt"] + 2
+    status = a.wait_status(lambda s: s["updatedAt"] >= later, 30, "a report 2 s into the outage")
+    assert status["state"] == "Rendezvous" and not status["etcd"]["reachable"], status
     etcd_server.start()
     b = spawn_agent("b", [*flags, *_train(tmp_path, 10)])
     assert a.wait_exit(240) == ExitCode.SUCCEEDED, a.log()[-3000:]

@@ -1,4 +1,4 @@
-"""The failure policy with real agents, real gloo workers and a real etcd (issue 24).
+"""The failure policy with real agents, real gloo workers and a real etcd.
 
 ``FailJob`` on a deterministic exit ends the job at the first failure without spending a
 restart; ``Ignore`` on a known-flaky exit restarts the group for free (counted ``ignored``),
@@ -14,10 +14,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_harness import SCRIPTS, Agent, close_reason, job_counts, pid_alive, rdzv_flags
 from elasticjob_agent.protocol.exit_codes import ExitCode
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
+from tests.support.agent_harness import (
+    SCRIPTS,
+    Agent,
+    close_reason,
+    job_counts,
+    pid_alive,
+    rdzv_flags,
+)
+
+pytestmark = pytest.mark.timeout(420)
 
 Spawn = Callable[..., Agent]
 SCRIPT = str(SCRIPTS / "exit_code_runs.py")

@@ -13,10 +13,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from agent_harness import SCRIPTS, Agent, job_counts, pid_alive, rdzv_flags
 from elasticjob_agent.protocol.exit_codes import ExitCode
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
+from tests.support.agent_harness import SCRIPTS, Agent, job_counts, pid_alive, rdzv_flags
+
+pytestmark = pytest.mark.timeout(420)
 
 Spawn = Callable[..., Agent]
 

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_harness import (
+
+from tests.support.agent_harness import (
     SCRIPTS,
     TRAIN,
     Agent,
@@ -27,7 +28,11 @@ from agent_harness import (
     wait_for,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
+pytestmark = pytest.mark.timeout(420)
+
+SETTLE = 6.0
+"""Seconds past the re-formed round in which a late count or a second restart would show: a
+lapsed lease (the 2 s heartbeat), a few membership checks and a peer's count grace (3 s)."""
 
 Spawn = Callable[..., Agent]
 
@@ -67,14 +72,27 @@ def _minus(counts: dict[str, int], baseline: dict[str, int]) -> dict[str, int]:
 
 
 def _settled(survivors: list[Agent], ep: str, run_id: str, world_size: int = 2) -> dict[str, int]:
-    """Wait until the survivors train together again, then a while longer for late counts."""
+    """Wait until the survivors train together again (all running, in one round: one may
+    still report the old round), then until each proves it ran ``SETTLE`` seconds longer
+    (late counts or a second restart would show by then)."""
+    rounds: dict[str, int] = {}
+
+    def together() -> bool:
+        rounds.clear()
+        for agent in survivors:
+            status = agent.status()
+            if status is None or status["state"] != "Running" or not status["workers"]:
+                return False
+            if status["worldSize"] != world_size:
+                return False
+            rounds[agent.name] = status["round"]
+        return len(set(rounds.values())) == 1
+
+    wait_for(together, 240, f"the survivors running together (world size {world_size})")
+    past = time.time() + SETTLE
     for agent in survivors:
-        agent.wait_running(world_size=world_size, timeout=240)
-    rounds = {agent.name: agent.status()["round"] for agent in survivors}  # type: ignore[index]
-    time.sleep(8)
-    for agent in survivors:
-        status = agent.status()
-        assert status is not None and status["state"] == "Running", (agent.name, status)
+        status = agent.report_after(past)
+        assert status["state"] == "Running", (agent.name, status)
         assert status["round"] == rounds[agent.name], (agent.name, rounds, status)
     return job_counts(ep, run_id)
 

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_harness import SCRIPTS, Agent, rdzv_flags
 from elasticjob_agent.protocol.exit_codes import ExitCode
 from elasticjob_agent.protocol.failure import (
     FinalCounts,
@@ -19,7 +18,9 @@ from elasticjob_agent.protocol.failure import (
 )
 from elasticjob_agent.protocol.health import HealthReport
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+from tests.support.agent_harness import SCRIPTS, Agent, rdzv_flags
+
+pytestmark = pytest.mark.timeout(300)
 
 Spawn = Callable[..., Agent]
 
@@ -78,7 +79,7 @@ def test_the_budget_spending_exit_leaves_the_final_counts_in_the_termination_mes
     etcd_server_session: Any, spawn_agent: Spawn, tmp_path: Path
 ) -> None:
     # The agent exits as soon as it counted the restart that spent the budget, before the
-    # operator may poll that count: the termination message carries it (issue 10's finding).
+    # operator may poll that count: the termination message carries it.
     termination_log = tmp_path / "termination-log"
     run_id = f"t-{uuid.uuid4().hex[:10]}"
     flags = [*rdzv_flags(etcd_server_session.endpoint, run_id, "1:1"), "--max-restarts", "1"]

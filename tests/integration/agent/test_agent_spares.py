@@ -16,13 +16,31 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_harness import TRAIN, Agent, job_counts, pid_alive, rdzv_flags, wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
+from tests.support.agent_harness import (
+    TRAIN,
+    Agent,
+    job_counts,
+    pid_alive,
+    rdzv_flags,
+    wait_for,
+)
+from tests.support.rendezvous_handlers import node_keys
+
+pytestmark = pytest.mark.timeout(420)
 
 Spawn = Callable[..., Agent]
 JOIN_TIMEOUT = 15
 """Short, so that the tests see a spare stand by longer than its join timeout."""
+SETTLE = 6.0
+"""Seconds past an event in which a wrong reaction to it would show: a lapsed lease (the 2 s
+heartbeat), a few membership checks (0.2 s each) and a peer's restart-count grace (3 s). Each
+check reads reports that prove the agents ran past that point (``Agent.report_after``)."""
+
+
+def _past_join_timeout(spare: Agent) -> float:
+    """When the spare's current rendezvous attempt passes its join timeout (and a bit)."""
+    return spare.event_times("rendezvous_started")[-1] + JOIN_TIMEOUT + 1
 
 
 def _spare_job(
@@ -77,11 +95,11 @@ def test_a_spare_stands_by_warm_without_moving_the_group(
     assert status["workers"] == [], status  # not in the group: no worker runs
     assert "event=standing_by" in spare.log()
     # Past its join timeout the spare still stands by, and the group never re-rendezvoused.
-    time.sleep(JOIN_TIMEOUT + 5)
-    assert spare.status()["state"] == "Standby", spare.log()[-3000:]  # type: ignore[index]
+    past = _past_join_timeout(spare)
+    assert spare.report_after(past)["state"] == "Standby", spare.log()[-3000:]
     for member in members:
-        now = member.status()
-        assert now is not None and now["state"] == "Running", (member.name, now)
+        now = member.report_after(past)
+        assert now["state"] == "Running", (member.name, now)
         assert now["round"] == running["round"], (member.name, running, now)
     assert job_counts(ep, run_id) in ({}, {"membership": 1})
 
@@ -92,7 +110,8 @@ def test_a_lost_member_is_replaced_by_the_spare_and_counted_once(
     ep = etcd_server_session.endpoint
     run_id, (survivor, lost), spare, running = _spare_job(ep, spawn_agent, tmp_path)
     baseline = job_counts(ep, run_id)
-    time.sleep(JOIN_TIMEOUT + 2)  # the spare has stood by longer than its join timeout
+    # The spare has stood by longer than its join timeout.
+    assert spare.report_after(_past_join_timeout(spare))["state"] == "Standby"
 
     lost.signal(signal.SIGKILL)  # the node is gone: its agent and its workers die at once
     lost.wait_exit(30)
@@ -106,13 +125,15 @@ def test_a_lost_member_is_replaced_by_the_spare_and_counted_once(
     # Its worker was the warm one: torch was imported while it stood by.
     started = [line for line in log.splitlines() if "event=workers_started" in line]
     assert started and "warm=True" in started[-1], started
-    time.sleep(8)  # late counts would land here
+    # Late counts or a second restart would land within SETTLE of the new round.
+    past = time.time() + SETTLE
+    reports = {agent.name: agent.report_after(past) for agent in (survivor, spare)}
     counts = job_counts(ep, run_id)
     added = {k: v - baseline.get(k, 0) for k, v in counts.items() if v != baseline.get(k, 0)}
     assert added == {"failure": 1}, (baseline, counts)
     for agent in (survivor, spare):
-        now = agent.status()
-        assert now is not None and now["state"] == "Running", (agent.name, now)
+        now = reports[agent.name]
+        assert now["state"] == "Running", (agent.name, now)
         assert now["round"] == after["round"], (agent.name, after, now)
 
 
@@ -123,12 +144,15 @@ def test_the_spare_dying_restarts_nothing(
     run_id, members, spare, running = _spare_job(ep, spawn_agent, tmp_path)
     baseline = job_counts(ep, run_id)
 
+    assert node_keys(ep, run_id, spare.name), "the spare holds no key: nothing to lose"
     spare.signal(signal.SIGKILL)
     spare.wait_exit(30)
-    time.sleep(10)  # several heartbeats and membership checks
+    # Its lease lapses (the heartbeat's TTL) and its keys vanish: the members may see it now.
+    wait_for(lambda: not node_keys(ep, run_id, spare.name), 60, "the spare's keys to lapse")
+    past = time.time() + SETTLE
     for member in members:
-        now = member.status()
-        assert now is not None and now["state"] == "Running", (member.name, now)
+        now = member.report_after(past)
+        assert now["state"] == "Running", (member.name, now)
         assert now["round"] == running["round"], (member.name, running, now)
         assert "event=group_stopped" not in member.log(), member.log()[-3000:]
     assert job_counts(ep, run_id) == baseline

@@ -11,7 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_harness import (
+from elasticjob_agent.protocol.exit_codes import ExitCode
+from elasticjob_agent.protocol.health import HealthReport
+
+from tests.support.agent_harness import (
     SCRIPTS,
     TRAIN,
     Agent,
@@ -21,10 +24,8 @@ from agent_harness import (
     rdzv_flags,
     wait_for,
 )
-from elasticjob_agent.protocol.exit_codes import ExitCode
-from elasticjob_agent.protocol.health import HealthReport
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
+pytestmark = pytest.mark.timeout(420)
 
 Spawn = Callable[..., Agent]
 

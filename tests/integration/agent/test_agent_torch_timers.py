@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_harness import SCRIPTS, Agent, job_counts, rdzv_flags
 from elasticjob_agent.protocol.exit_codes import ExitCode
 from elasticjob_agent.protocol.health import HealthReport
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+from tests.support.agent_harness import SCRIPTS, Agent, job_counts, rdzv_flags
+
+pytestmark = pytest.mark.timeout(300)
 
 Spawn = Callable[..., Agent]
 

@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_harness import TRAIN, Agent, wait_for
 from elasticjob_agent.ports import free_port
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+from tests.support.agent_harness import TRAIN, Agent, wait_for
+
+pytestmark = pytest.mark.timeout(300)
 
 Spawn = Callable[..., Agent]
 

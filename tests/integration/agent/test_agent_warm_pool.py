@@ -69,8 +69,12 @@ def test_spares_say_when_their_imports_are_done(tmp_path: Path) -> None:
     gate = tmp_path / "gate"
     preload = tmp_path / "slow_preload.py"
     # A preload that blocks until the test opens the gate: "importing torch" in slow motion.
+    # It says when it began (one file per spare), so "not ready yet" is checked while it runs.
+    began = tmp_path / "began"
+    began.mkdir()
     preload.write_text(
-        f"import os, time\nwhile not os.path.exists({str(gate)!r}):\n    time.sleep(0.05)\n"
+        f"import os, time\nopen(os.path.join({str(began)!r}, str(os.getpid())), 'w').close()\n"
+        f"while not os.path.exists({str(gate)!r}):\n    time.sleep(0.05)\n"
     )
     env = dict(os.environ, ELASTICJOB_PRELOAD="slow_preload")
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")])
@@ -78,7 +82,10 @@ def test_spares_say_when_their_imports_are_done(tmp_path: Path) -> None:
     try:
         pool.fill()
         assert pool.size == 2
-        time.sleep(1.0)
+        deadline = time.monotonic() + 60
+        while len(list(began.iterdir())) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(list(began.iterdir())) == 2, "the spares never began their preloads"
         assert pool.ready() == 0  # still importing
         gate.touch()
         deadline = time.monotonic() + 60

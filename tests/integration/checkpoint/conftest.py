@@ -8,7 +8,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from checkpoint_harness import Node
+
+from tests.support.checkpoint_harness import Node
 
 
 @pytest.fixture

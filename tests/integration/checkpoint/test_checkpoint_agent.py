@@ -13,7 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from checkpoint_harness import REPO, run_ranks
+
+from tests.support.checkpoint_harness import run_ranks
+from tests.support.paths import REPO
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 

@@ -12,11 +12,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from checkpoint_harness import Node, run_ranks
 from elasticjob_agent.checkpoint import peer
 from elasticjob_agent.checkpoint.config import TlsPaths
 from elasticjob_agent.checkpoint.manifest import HolderRecord, ShardId
 from elasticjob_agent.checkpoint.store import ShardStore
+
+from tests.support.checkpoint_harness import Node, run_ranks
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from checkpoint_harness import RESIZE_WORKER, Node, run_ranks
+
+from tests.support.checkpoint_harness import RESIZE_WORKER, Node, run_ranks
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -17,7 +17,8 @@ from aetcd import rpc
 from elasticjob_agent.etcd.client import EtcdClient
 from elasticjob_agent.rendezvous import RendezvousConnectionError
 
-from tests.integration.conftest import EtcdServer
+from tests.support.etcd_server import EtcdServer
+from tests.support.waiting import wait_until
 
 TIMEOUT = 0.5
 
@@ -82,8 +83,9 @@ async def test_cancelling_the_caller_still_cancels(etcd_server: EtcdServer) -> N
     await client.prepare()
     etcd_server.freeze()
     try:
+        sent = client.requests
         task = asyncio.create_task(client.range(b"k"))
-        await asyncio.sleep(0.2)
+        await wait_until(lambda: client.requests > sent, "the request in flight")
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 
 import pytest
 from elasticjob_agent.etcd.client import EtcdClient
@@ -26,21 +25,12 @@ from elasticjob_agent.rendezvous.executor import Executor
 from elasticjob_agent.rendezvous.state import Context
 from elasticjob_agent.rendezvous.wire import RendezvousKeys
 
-from tests.integration.conftest import EtcdServer
-from tests.integration.rendezvous.helpers import new_run_id
+from tests.support.etcd_server import EtcdServer
+from tests.support.rendezvous_handlers import new_run_id
+from tests.support.waiting import WAIT_LIMIT, wait_until
 
 BASE = 0.5
 SILENT_BEFORE_THAW = 3
-WAIT_LIMIT = 30.0
-"""Bound of every wait of these tests (a hang fails them)."""
-
-
-async def wait_until(condition: Callable[[], bool], what: str) -> None:
-    stop_at = time.monotonic() + WAIT_LIMIT
-    while not condition():
-        if time.monotonic() > stop_at:
-            raise AssertionError(f"not within {WAIT_LIMIT}s: {what}")
-        await asyncio.sleep(0.02)
 
 
 async def thaw_after(server: EtcdServer, clients: list[EtcdClient], silent: int) -> None:

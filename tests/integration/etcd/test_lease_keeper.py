@@ -14,8 +14,8 @@ from elasticjob_agent.etcd.client import EtcdClient
 from elasticjob_agent.etcd.messages import op_put
 from elasticjob_agent.etcd.session import LeaseKeeper
 
-from tests.integration.conftest import EtcdServer
-from tests.integration.etcd.test_client_slow_etcd import WAIT_LIMIT, wait_until
+from tests.support.etcd_server import EtcdServer
+from tests.support.waiting import WAIT_LIMIT, wait_until
 
 # The agent's request deadline: longer than a third of the TTLs used here.
 REQUEST_TIMEOUT = 5.0
@@ -42,8 +42,9 @@ async def test_a_replaced_lease_is_refreshed_on_a_schedule_of_its_own(
         second = await keeper.current()
         assert second != first
         assert keeper._task is not old_task, "the new lease kept the old refresh schedule"
-        await asyncio.sleep(0)
-        assert old_task is not None and old_task.cancelled()
+        assert old_task is not None
+        await wait_until(old_task.done, "the old refresh schedule to end")
+        assert old_task.cancelled()
         await _put_on(client, b"/lk/second", second)
         refreshed = keeper.refreshes
         # Three TTLs: without refreshes, etcd drops the key after one.

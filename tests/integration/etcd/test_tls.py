@@ -24,7 +24,7 @@ from elasticjob_agent.rendezvous.config import RendezvousConfig
 from elasticjob_agent.rendezvous.handler import EtcdRendezvousHandler
 from torch.distributed.elastic.rendezvous import RendezvousParameters
 
-from tests.integration.conftest import EtcdServer
+from tests.support.etcd_server import EtcdServer
 
 REPO = Path(__file__).resolve().parents[3]
 BIN = Path(sys.executable).parent
@@ -172,7 +172,6 @@ def _conf_flag(server: EtcdServer) -> str:
     return ",".join(f"{k}={v}" for k, v in conf.items())
 
 
-@pytest.mark.slow
 def test_torchrun_trains_two_nodes_over_tls(etcd_tls_server: EtcdServer, tmp_path: Path) -> None:
     cmd = [
         str(BIN / "torchrun"),
@@ -191,7 +190,6 @@ def test_torchrun_trains_two_nodes_over_tls(etcd_tls_server: EtcdServer, tmp_pat
     _finish(_launch(cmd))
 
 
-@pytest.mark.slow
 def test_elasticjob_agent_trains_two_nodes_over_tls(
     etcd_tls_server: EtcdServer, tmp_path: Path
 ) -> None:

@@ -28,7 +28,8 @@ from elasticjob_operator.core.status import JobStatus, Phase
 from elasticjob_operator.kube import Kube
 from elasticjob_operator.reconciler import JobLoop, LoopSettings, OwnedPod
 
-from tests.unit.operator.opfixtures import JOB, T0, Cluster, raw_spec, report, step
+from tests.support.operator_model import JOB, T0, Cluster, raw_spec, report, step
+from tests.support.waiting import wait_until
 
 SPEC = raw_spec(replicas=2, minNodes=2, maxNodes=2, etcd={"insecure": True})
 
@@ -314,7 +315,7 @@ async def test_a_steady_etcd_check_with_no_verdict_keeps_the_job_steady_and_asks
         etcd.held = asyncio.Event()
         asked = etcd.asked
         check = asyncio.ensure_future(tick())
-        await asyncio.sleep(0.05)
+        await wait_until(lambda: etcd.asked != asked, "the probe asking etcd")
         assert etcd.asked == asked + 1
         asyncio.get_running_loop().call_later(1.1, time.sleep, 1.0)
         time.sleep(1.0)  # noqa: ASYNC251 - a starved operator is the point

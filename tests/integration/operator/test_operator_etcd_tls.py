@@ -24,8 +24,8 @@ from elasticjob_agent.protocol.keys import JobKeys
 from elasticjob_operator import probes
 from elasticjob_operator.core import manifests, names, pki, seeding
 
-from tests.integration.conftest import etcd_binary
-from tests.unit.operator.opfixtures import job_spec
+from tests.support.etcd_server import etcd_binary
+from tests.support.operator_model import job_spec
 
 SERVICE = "demo-etcd.ns.svc"
 NOW = datetime.datetime.now(datetime.UTC)

@@ -21,6 +21,8 @@ import pytest
 from elasticjob_agent.protocol.health import AgentState, EtcdStatus, HealthReport
 from elasticjob_operator import probes
 
+from tests.support.waiting import wait_until
+
 REPORT = HealthReport(
     run_id="run",
     node="n",
@@ -39,10 +41,12 @@ class Server:
         self.body = body
         self.active = 0
         self.most = 0
+        self.received = 0
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             await reader.readuntil(b"\r\n\r\n")
+            self.received += 1
             self.active += 1
             self.most = max(self.most, self.active)
             await asyncio.sleep(self.delay)
@@ -118,7 +122,8 @@ async def _starved_probe(
     try:
         async with probes.new_session() as session:
             running = asyncio.ensure_future(probe(session))
-            await asyncio.sleep(0.05)
+            # Starve while the probe waits for its answer.
+            await wait_until(lambda: server.received > 0, "the probe reaching the server")
             starve(starved)
             return await running
     finally:

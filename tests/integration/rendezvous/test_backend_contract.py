@@ -19,7 +19,7 @@ from torch.distributed.elastic.rendezvous import RendezvousStateError
 from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
 from torch.distributed.elastic.rendezvous.dynamic_rendezvous import RendezvousBackend
 
-from tests.integration.conftest import EtcdServer
+from tests.support.etcd_server import EtcdServer
 
 
 @dataclass

@@ -18,12 +18,13 @@ from elasticjob_agent.rendezvous.handler import EtcdRendezvousHandler
 from torch.distributed.elastic.rendezvous import RendezvousInfo, RendezvousParameters
 from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handler
 
-from tests.integration.conftest import EtcdServer
-from tests.integration.rendezvous.helpers import (
+from tests.support.etcd_server import EtcdServer
+from tests.support.rendezvous_handlers import (
     Result,
     assert_one_group,
     make_handler,
     new_run_id,
+    node_keys,
     rendezvous_all,
 )
 
@@ -48,6 +49,14 @@ class Handlers:
     def close(self) -> None:
         for h in self.all:
             h.shutdown()
+
+
+def _wait_keys(endpoint: str, h: EtcdRendezvousHandler, held: bool, what: str) -> None:
+    """Until ``h``'s node holds a key of its run in etcd (joined or waiting), or none."""
+    deadline = time.monotonic() + 30
+    while bool(node_keys(endpoint, h.config.run_id, h.config.node_id)) is not held:
+        assert time.monotonic() < deadline, f"{h.config.node_id}: never {what}"
+        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -128,10 +137,10 @@ def test_node_that_dies_before_completion_is_dropped(handlers: Handlers) -> None
     (doomed,) = handlers(1, min_nodes=2, max_nodes=3, last_call_timeout=0.5, heartbeat=1)
     t = threading.Thread(target=lambda: _swallow(doomed.next_rendezvous), daemon=True)
     t.start()
-    time.sleep(0.5)
+    _wait_keys(handlers.endpoint, doomed, True, "joined")
     # Crash: the keep-alive stops without revoking the lease.
     doomed._session.close()
-    time.sleep(2.5)  # > lease TTL: etcd deletes its joined key
+    _wait_keys(handlers.endpoint, doomed, False, "dropped")  # the lease TTL: etcd deletes them
     rest = handlers(2, min_nodes=2, max_nodes=3, last_call_timeout=0.5, heartbeat=1)
     results = rendezvous_all(rest)
     assert_one_group(results, 2)
@@ -181,7 +190,13 @@ def test_a_completed_round_with_live_members_keeps_newcomers_waiting(handlers: H
         time.sleep(0.05)
     # A live member remains: the newcomer waits to be admitted (it re-reads every heartbeat and
     # must not start a group of its own with min_nodes=1), until the member re-rendezvouses.
-    t.join(3.0)
+    # Its request count proves it re-read a few times meanwhile.
+    client = late._session.client
+    reads = client.requests + 3
+    deadline = time.monotonic() + 30
+    while client.requests < reads and t.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert client.requests >= reads, "the newcomer stopped reading"
     assert t.is_alive(), "a newcomer formed a second group beside a live member"
     results = rendezvous_all(first[:1])
     t.join(20)
@@ -201,7 +216,14 @@ def test_restarted_agent_with_same_node_id_does_not_reuse_the_old_key(
     handlers.all.append(again)
     t = threading.Thread(target=lambda: _swallow(again.next_rendezvous), daemon=True)
     t.start()
-    time.sleep(1.0)
+    # It waits on the wait list for a new round.
+    node = hs[1].config.node_id
+    deadline = time.monotonic() + 30
+    keys: list[str] = []
+    while not any(k.endswith(f"/waiting/{node}") for k in keys):
+        assert time.monotonic() < deadline, f"never on the wait list: {keys}"
+        keys = node_keys(handlers.endpoint, handlers.run_id, node)
+        time.sleep(0.05)
     assert t.is_alive(), "the restarted agent must wait for a new round, not reuse round 0"
     assert hs[0].num_nodes_waiting() == 0  # the round is full: nothing to admit
     hs[1].leave()  # the old process is gone for good
@@ -230,7 +252,7 @@ def test_close_wakes_a_waiting_node(handlers: Handlers) -> None:
     errors: list[BaseException] = []
     t = threading.Thread(target=lambda: _swallow(a.next_rendezvous, errors), daemon=True)
     t.start()
-    time.sleep(0.5)
+    _wait_keys(handlers.endpoint, a, True, "waiting")
     b.set_closed()
     t.join(5)
     assert not t.is_alive()
@@ -311,7 +333,7 @@ def test_etcd_down_mid_rendezvous_raises_connection_error(etcd_server: EtcdServe
     errors: list[BaseException] = []
     t = threading.Thread(target=lambda: _swallow(h.next_rendezvous, errors), daemon=True)
     t.start()
-    time.sleep(0.5)
+    _wait_keys(etcd_server.endpoint, h, True, "waiting")
     etcd_server.kill()
     started = time.monotonic()
     t.join(20)
@@ -332,7 +354,7 @@ def test_etcd_back_within_timeout_recovers(etcd_server: EtcdServer) -> None:
     results: list[object] = []
     t = threading.Thread(target=lambda: results.append(a.next_rendezvous()), daemon=True)
     t.start()
-    time.sleep(0.5)
+    _wait_keys(etcd_server.endpoint, a, True, "waiting")
     etcd_server.kill()
     time.sleep(1.5)
     etcd_server.start()

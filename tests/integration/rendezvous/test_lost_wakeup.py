@@ -26,8 +26,8 @@ from elasticjob_agent.rendezvous.executor import Executor, Outcome
 from elasticjob_agent.rendezvous.state import Context
 from elasticjob_agent.rendezvous.wire import RendezvousKeys
 
-from tests.integration.conftest import EtcdServer
-from tests.integration.rendezvous.helpers import new_run_id
+from tests.support.etcd_server import EtcdServer
+from tests.support.rendezvous_handlers import new_run_id
 
 RECHECK = 0.5
 # Far above one re-check interval, far below the join timeout: a hang fails the test.

@@ -27,8 +27,8 @@ from elasticjob_agent.rendezvous import (
 )
 from elasticjob_agent.rendezvous.handler import EtcdRendezvousHandler
 
-from tests.integration.conftest import EtcdServer
-from tests.integration.rendezvous.helpers import make_handler, new_run_id
+from tests.support.etcd_server import EtcdServer
+from tests.support.rendezvous_handlers import make_handler, new_run_id
 
 SCHEDULES = int(os.environ.get("REAL_SCHEDULES", "6"))
 EVENTS = 14
@@ -90,7 +90,6 @@ def _rendezvous(run: Run, handler: EtcdRendezvousHandler) -> None:
             run.errors.append(exc)
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_random_schedules_on_real_etcd(etcd_server: EtcdServer) -> None:
     total_events = 0

@@ -10,8 +10,8 @@ from elasticjob_agent.rendezvous.role_info import RankAssignment, RoleInfo, assi
 from elasticjob_agent.rendezvous.roles import TABLE_KEY, exchange_roles
 from elasticjob_agent.rendezvous.store import EtcdStore
 
-from tests.integration.conftest import EtcdServer
-from tests.integration.rendezvous.helpers import in_threads
+from tests.support.etcd_server import EtcdServer
+from tests.support.rendezvous_handlers import in_threads
 
 N = 12
 

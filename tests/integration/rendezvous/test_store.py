@@ -18,7 +18,7 @@ import torch.distributed as dist
 from elasticjob_agent.errors import RendezvousConnectionError
 from elasticjob_agent.rendezvous.store import EtcdStore
 
-from tests.integration.conftest import EtcdServer
+from tests.support.etcd_server import EtcdServer
 
 REPO = Path(__file__).resolve().parents[3]
 

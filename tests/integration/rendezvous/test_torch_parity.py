@@ -14,8 +14,8 @@ from elasticjob_agent.rendezvous.config import RendezvousConfig
 from elasticjob_agent.rendezvous.handler import EtcdRendezvousHandler
 from torch.distributed.elastic.rendezvous import RendezvousParameters
 
-from tests.integration.conftest import EtcdServer
-from tests.integration.rendezvous.helpers import new_run_id
+from tests.support.etcd_server import EtcdServer
+from tests.support.rendezvous_handlers import new_run_id
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -69,18 +69,25 @@ def test_a_closed_backend_raises_a_rendezvous_error_never_a_closed_loop(
     errors: list[BaseException] = []
     stop = threading.Event()
 
+    calls = [0]
+
     def hammer() -> None:  # what torch's keep-alive timer does, at any time
         while not stop.is_set():
             try:
                 backend.get_state()
             except BaseException as exc:
                 errors.append(exc)
+            calls[0] += 1
 
     thread = threading.Thread(target=hammer, daemon=True)
     thread.start()
-    time.sleep(0.3)
+    deadline = time.monotonic() + 30
+    while calls[0] < 3 and time.monotonic() < deadline:  # it runs before the close
+        time.sleep(0.01)
     backend.close()
-    time.sleep(0.3)
+    closed_at = calls[0]
+    while calls[0] < closed_at + 3 and time.monotonic() < deadline:  # and after it
+        time.sleep(0.01)
     stop.set()
     thread.join(10)
     assert not thread.is_alive()

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -96,6 +98,21 @@ class _Clock:
         return self.now
 
 
+def _send_raw(path: str, message: dict[str, object]) -> None:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.sendto(json.dumps(message).encode(), path)
+
+
+def _wait_for_steps(
+    server: TimerServer, done: Callable[[StepProgress | None], bool], timeout: float = 10.0
+) -> StepProgress | None:
+    """The server's progress once ``done`` holds (or at the deadline, for the assertion)."""
+    deadline = time.monotonic() + timeout
+    while not done(server.steps()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return server.steps()
+
+
 def test_steps_reach_the_server_from_group_pids_only(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -103,20 +120,21 @@ def test_steps_reach_the_server_from_group_pids_only(
     server = TimerServer(str(tmp_path / "t.sock"), clock=wall, monotonic=mono)
     try:
         monkeypatch.setenv(TIMER_SOCKET_ENV, server.path)
-        server.reset(frozenset({os.getpid() + 1}))  # not us: ignored
-        report_step(1)
+        other = os.getpid() + 1
+        server.reset(frozenset({other}))
+        report_step(1)  # not a member of the group: ignored
+        # The server reads its socket in order: once the member's step 0 (sent after ours) is
+        # in, ours was read first, and with the old group. Resetting earlier would race it.
+        _send_raw(server.path, {"op": "step", "pid": other, "step": 0})
+        progress = _wait_for_steps(server, lambda p: p is not None)
+        assert progress == StepProgress(0, 100.0, 100.0)  # step 1 would have stayed the highest
         server.reset(frozenset({os.getpid()}))
         assert server.steps() is None
         report_step(7)
-        deadline = time.monotonic() + 10
-        while server.steps() is None and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert server.steps() == StepProgress(7, 100.0, 100.0)
+        assert _wait_for_steps(server, lambda p: p is not None) == StepProgress(7, 100.0, 100.0)
         report_done()
-        deadline = time.monotonic() + 10
-        while not (server.steps() or StepProgress(0, 0, 0)).done and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert server.steps() == StepProgress(7, 100.0, 100.0, done=True)
+        progress = _wait_for_steps(server, lambda p: p is not None and p.done)
+        assert progress == StepProgress(7, 100.0, 100.0, done=True)
         server.reset(frozenset({os.getpid()}))  # a new group starts without a step
         assert server.steps() is None
     finally:
@@ -140,10 +158,7 @@ def test_steps_from_a_process_in_a_workers_session_count(tmp_path: Path) -> None
         wrapper.stdin.write(b"go\n")
         wrapper.stdin.close()
         assert wrapper.wait(60) == 0
-        deadline = time.monotonic() + 10
-        while server.steps() is None and time.monotonic() < deadline:
-            time.sleep(0.02)
-        progress = server.steps()
+        progress = _wait_for_steps(server, lambda p: p is not None)
         assert progress is not None and progress.step == 3
     finally:
         wrapper.kill()

@@ -15,7 +15,7 @@ from elasticjob_agent.protocol.restarts import (
 from elasticjob_agent.rendezvous import store_transactions
 from elasticjob_agent.supervision import restart_transactions
 
-from tests.unit.rendezvous.model import ModelEtcd
+from tests.support.rendezvous_model import ModelEtcd
 
 KEYS = JobKeys("/ej", "job-1")
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.chart.charttools import CHART, REPO
+from tests.support.paths import CHART, REPO
 
 COPIES = {
     "crd": (REPO / "crds" / "elasticjob.yaml", CHART / "crds" / "elasticjob.yaml"),

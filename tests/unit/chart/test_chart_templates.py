@@ -7,10 +7,9 @@ from typing import Any
 
 import pytest
 
-from tests.unit.chart.charttools import (
+from tests.support.chart import (
     NAMESPACE,
     RELEASE,
-    REPO,
     helm_test_pod,
     lint,
     of_kind,
@@ -18,6 +17,7 @@ from tests.unit.chart.charttools import (
     operator_container,
     render,
 )
+from tests.support.paths import REPO
 
 CLUSTER_WIDE: dict[str, str] = {}
 NAMESPACED = {"watchNamespaces": "{team-a,team-b}"}

@@ -10,7 +10,8 @@ import jsonschema
 import pytest
 import yaml
 
-from tests.unit.chart.charttools import CHART, HelmError, render
+from tests.support.chart import HelmError, render
+from tests.support.paths import CHART
 
 SCHEMA: dict[str, Any] = json.loads((CHART / "values.schema.json").read_text())
 DEFAULTS: dict[str, Any] = yaml.safe_load((CHART / "values.yaml").read_text())

@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 from elasticjob_operator.core.spec import SpecError, parse_spec
 
-from tests.unit.chart.charttools import as_json_schema, crd_schema
+from tests.support.chart import as_json_schema, crd_schema
 
 FIELDS = ("nodeSelector", "tolerations", "affinity", "priorityClassName")
 

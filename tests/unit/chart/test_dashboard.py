@@ -1,4 +1,4 @@
-"""The Grafana dashboard: the panels the issue asks for, valid PromQL, only documented metrics."""
+"""The Grafana dashboard: the panels operators need, valid PromQL, only documented metrics."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import yaml
 
-from tests.unit.chart.charttools import REPO
-from tests.unit.chart.dashboard_queries import load, panels, queries, variables
+from tests.support.dashboard import load, panels, queries, variables
+from tests.support.paths import REPO
 
 
 def _documented_metrics() -> set[str]:

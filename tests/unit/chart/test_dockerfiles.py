@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.chart.charttools import REPO
-from tests.unit.chart.dockerfile_steps import Stage, parse
+from tests.support.dockerfile import Stage, parse
+from tests.support.paths import REPO
 
 DOCKERFILES = {
     "operator": REPO / "Dockerfile",

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.unit.chart.charttools import REPO
-from tests.unit.chart.dockerfile_steps import parse
+from tests.support.dockerfile import parse
+from tests.support.paths import REPO
 
 EXAMPLES = sorted((REPO / "examples").rglob("*.yaml"))
 TRAINING_IMAGE_DOCKERFILE = REPO / "examples" / "training-image" / "Dockerfile"

@@ -13,7 +13,8 @@ import jsonschema
 import pytest
 import yaml
 
-from tests.unit.chart.charttools import REPO, as_json_schema, crd_schema
+from tests.support.chart import as_json_schema, crd_schema
+from tests.support.paths import REPO
 
 # The Kueue folder's job too (queues.yaml there holds only Kueue's objects).
 EXAMPLES = sorted([*(REPO / "examples").glob("*.yaml"), *(REPO / "examples").glob("kueue/*job*")])

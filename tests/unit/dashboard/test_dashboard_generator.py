@@ -14,7 +14,7 @@ from elasticjob_operator import metrics as operator_metrics
 from prometheus_client.metrics import MetricWrapperBase
 
 from dashboards import generator
-from tests.unit.chart.dashboard_queries import DASHBOARD, Query, load, queries
+from tests.support.dashboard import DASHBOARD, Query, load, queries
 
 # The series names Prometheus stores for one metric family, by type (the exposition format).
 _SERIES_SUFFIXES = {

@@ -18,7 +18,7 @@ from elasticjob_operator.core.checkpointing import (
 from elasticjob_operator.core.manifests import build_worker_pod
 from elasticjob_operator.core.spec import SpecError
 
-from tests.unit.operator.opfixtures import JOB, job_spec
+from tests.support.operator_model import JOB, job_spec
 
 
 def test_absent_means_off_and_defaults_fill_in() -> None:

@@ -17,7 +17,7 @@ from elasticjob_operator.core.status import JobStatus
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.unit.operator.opfixtures import JOB, T0, Cluster, job_spec
+from tests.support.operator_model import JOB, T0, Cluster, job_spec
 
 SPEC = job_spec(replicas=3, maxRestarts=100)
 

@@ -20,9 +20,10 @@ def _flag() -> tuple[FlagSetter[DaemonStoppingReason], AsyncFlagWaiter[DaemonSto
 
 async def test_a_stop_cuts_a_long_step_short() -> None:
     setter, stopped = _flag()
-    cancelled = asyncio.Event()
+    started, cancelled = asyncio.Event(), asyncio.Event()
 
     async def probing_a_pod_that_is_going_away() -> str:
+        started.set()
         try:
             await asyncio.sleep(3600)
         except asyncio.CancelledError:
@@ -31,7 +32,7 @@ async def test_a_stop_cuts_a_long_step_short() -> None:
         return "never"
 
     running = asyncio.create_task(_unless_stopped(stopped, probing_a_pod_that_is_going_away()))
-    await asyncio.sleep(0.05)
+    await asyncio.wait_for(started.wait(), 5)  # a stop before the step began would cancel less
     setter.set(DaemonStoppingReason.RESOURCE_DELETED)
     assert await asyncio.wait_for(running, 5) is None
     assert cancelled.is_set()
@@ -59,9 +60,10 @@ async def test_a_failing_step_raises_its_error() -> None:
 async def test_cancelling_the_daemon_cancels_its_step() -> None:
     # kopf cancels a daemon that ignores its flag past cancellation_timeout: nothing may linger.
     _, stopped = _flag()
-    step_cancelled = asyncio.Event()
+    step_started, step_cancelled = asyncio.Event(), asyncio.Event()
 
     async def step() -> None:
+        step_started.set()
         try:
             await asyncio.sleep(3600)
         except asyncio.CancelledError:
@@ -69,9 +71,8 @@ async def test_cancelling_the_daemon_cancels_its_step() -> None:
             raise
 
     running = asyncio.create_task(_unless_stopped(stopped, step()))
-    await asyncio.sleep(0.05)
+    await asyncio.wait_for(step_started.wait(), 5)
     running.cancel()
     with pytest.raises(asyncio.CancelledError):
         await running
-    await asyncio.sleep(0)
-    assert step_cancelled.is_set()
+    await asyncio.wait_for(step_cancelled.wait(), 5)

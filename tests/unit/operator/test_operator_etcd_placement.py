@@ -8,7 +8,7 @@ import pytest
 from elasticjob_operator.core.manifests import build_etcd_pod, etcd_placement
 from elasticjob_operator.core.spec import EtcdSpec, SpecError, parse_job, parse_spec
 
-from tests.unit.operator.opfixtures import JOB, raw_spec
+from tests.support.operator_model import JOB, raw_spec
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 POOL_TOLERATION = {"key": "pool", "operator": "Equal", "value": "train", "effect": "NoSchedule"}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from elasticjob_operator.core.status import JobStatus, Phase
 
-from tests.unit.operator.opfixtures import T0, Cluster, job_spec, report, step
+from tests.support.operator_model import T0, Cluster, job_spec, report, step
 
 WORKERS = ("demo-worker-0-0", "demo-worker-1-0")
 

@@ -25,7 +25,7 @@ from elasticjob_operator.core.progress import GroupProgress, ProgressState, adva
 from elasticjob_operator.core.spec import SpecError, parse_spec
 from elasticjob_operator.core.status import JobStatus
 
-from tests.unit.operator.opfixtures import JOB, RUN_ID, job_spec, raw_spec, report
+from tests.support.operator_model import JOB, RUN_ID, job_spec, raw_spec, report
 
 RULES = [
     {"action": "FailJob", "onExitCodes": {"operator": "In", "values": [3]}},

@@ -23,7 +23,7 @@ from elasticjob_operator.core.manifests import (
 )
 from elasticjob_operator.core.netpol import Peer, build_network_policies
 
-from tests.unit.operator.opfixtures import JOB, job_spec
+from tests.support.operator_model import JOB, job_spec
 
 
 def test_no_handler_puts_a_finalizer_on_jobs() -> None:

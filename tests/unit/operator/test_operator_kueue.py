@@ -11,7 +11,7 @@ from elasticjob_operator.core.observed import PodPhase
 from elasticjob_operator.core.spec import JobSpec, SpecError, parse_job, parse_kueue, parse_spec
 from elasticjob_operator.core.status import JobStatus, Phase
 
-from tests.unit.operator.opfixtures import JOB, T0, Cluster, raw_spec, step
+from tests.support.operator_model import JOB, T0, Cluster, raw_spec, step
 
 
 def queued_spec(**overrides: object) -> JobSpec:

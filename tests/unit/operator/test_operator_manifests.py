@@ -18,7 +18,7 @@ from elasticjob_operator.core.manifests import (
 from elasticjob_operator.core.observed import pod_view
 from elasticjob_operator.core.spec import SpecError, parse_spec
 
-from tests.unit.operator.opfixtures import JOB, RUN_ID, job_spec, raw_spec
+from tests.support.operator_model import JOB, RUN_ID, job_spec, raw_spec
 
 ARGV = [
     (["python", "train.py", "--steps", "5"], [], ["train.py", "--steps", "5"]),

@@ -10,7 +10,7 @@ from elasticjob_operator import metrics
 from elasticjob_operator.core.status import EtcdState, JobStatus
 from prometheus_client import REGISTRY
 
-from tests.unit.operator.opfixtures import T0
+from tests.support.operator_model import T0
 
 NS, JOB = "ns", "metrics-job"
 LABELS = {"namespace": NS, "job": JOB}

@@ -8,7 +8,7 @@ import pytest
 from elasticjob_operator.core.netpol import Peer, build_network_policies
 from elasticjob_operator.settings import OperatorSettings, SettingsError
 
-from tests.unit.operator.opfixtures import JOB
+from tests.support.operator_model import JOB
 
 OPERATOR = Peer.in_namespace("ops", {"app": "op"})
 PROMETHEUS = Peer({"team": "mon"}, {"app": "prom"})

@@ -11,16 +11,8 @@ from elasticjob_operator.core.conditions import ConditionType, find_condition, i
 from elasticjob_operator.core.observed import PodPhase
 from elasticjob_operator.core.status import JobStatus, Phase
 
-from tests.unit.operator.opfixtures import JOB, RUN_ID, T0, Cluster, job_spec, report, step
-
-
-def _started(cluster: Cluster, replicas: int = 2) -> JobStatus:
-    """Create the job's objects, let them run, reach etcd: the status after that."""
-    spec = job_spec(replicas=replicas)
-    result = step(cluster, JobStatus(), spec, T0)
-    cluster.run_all()
-    result = step(cluster, result.status, spec, T0 + 1, etcd_reachable=True)
-    return result.status
+from tests.support.operator_model import JOB, RUN_ID, T0, Cluster, job_spec, report, step
+from tests.support.operator_model import started as _started
 
 
 def _kinds(plan: planning.Plan) -> list[tuple[str, str]]:
@@ -387,7 +379,7 @@ def _running_unprobed(cluster: Cluster) -> tuple[JobStatus, dict[str, HealthRepo
 def test_an_etcd_that_served_a_running_group_is_recreated_when_lost_though_no_probe_saw_it() -> (
     None
 ):
-    """The e2e failure of issue 11: the probe never saw generation 0 ready, the agents trained on
+    """A failure seen end to end: the probe never saw generation 0 ready, the agents trained on
     it, then it was cut off. It must be replaced, not left to fail the job at the stall timeout."""
     cluster = Cluster()
     spec = job_spec()

@@ -11,7 +11,7 @@ from elasticjob_operator.core.netpol import Peer, PolicySettings, build_network_
 from elasticjob_operator.core.observed import Observed
 from elasticjob_operator.core.status import JobStatus, Phase
 
-from tests.unit.operator.opfixtures import JOB, T0, job_spec
+from tests.support.operator_model import JOB, T0, job_spec
 
 POLICIES = PolicySettings(Peer.in_namespace("ops", {"app": "op"}), None)
 EXTERNAL_TLS = {"mode": "External", "endpoints": ["e:2379"], "tlsSecretName": "client"}

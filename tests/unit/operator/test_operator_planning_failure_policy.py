@@ -12,7 +12,7 @@ from elasticjob_operator.core.conditions import ConditionType, find_condition
 from elasticjob_operator.core.observed import PodPhase
 from elasticjob_operator.core.status import JobStatus, Phase
 
-from tests.unit.operator.opfixtures import T0, Cluster, job_spec, report, step
+from tests.support.operator_model import T0, Cluster, job_spec, report, step
 
 CAUSE = "rank 0 on demo-worker-0-0 exited with code 3"
 FAIL_ON_3 = {"rules": [{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [3]}}]}

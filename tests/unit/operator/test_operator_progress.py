@@ -18,7 +18,7 @@ from elasticjob_operator.core.status import JobStatus
 from elasticjob_operator.settings import OperatorSettings
 from prometheus_client import REGISTRY
 
-from tests.unit.operator.opfixtures import RUN_ID, T0, Cluster, job_spec, report, step
+from tests.support.operator_model import RUN_ID, T0, Cluster, job_spec, report, step
 
 TARGET = AgentTarget((Endpoint("etcd", 2379),), RUN_ID, "node-0", 2)
 

@@ -10,8 +10,8 @@ from elasticjob_operator.core import planning
 from elasticjob_operator.core.observed import PodPhase
 from elasticjob_operator.core.status import JobStatus, Phase
 
-from tests.unit.operator.opfixtures import RUN_ID, T0, Cluster, job_spec, report, step
-from tests.unit.operator.test_operator_planning import _started
+from tests.support.operator_model import RUN_ID, T0, Cluster, job_spec, report, step
+from tests.support.operator_model import started as _started
 
 RAISED = WorkerFailure(
     local_rank=1,

@@ -17,8 +17,8 @@ from elasticjob_operator.core.evidence import STORED_KEYS, Cause, CauseKind, Evi
 from elasticjob_operator.core.observed import PodPhase
 from elasticjob_operator.core.status import JobStatus, StallState
 
-from tests.unit.operator.opfixtures import T0, Cluster, job_spec, report, step
-from tests.unit.operator.test_operator_planning import _started
+from tests.support.operator_model import T0, Cluster, job_spec, report, step
+from tests.support.operator_model import started as _started
 
 GLOO_RESET = (
     "[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Read error [10.100.1.3]:47024: "

@@ -12,7 +12,7 @@ from elasticjob_operator.core.conditions import ConditionType, find_condition
 from elasticjob_operator.core.spec import SpecError, parse_job
 from elasticjob_operator.core.status import JobStatus
 
-from tests.unit.operator.opfixtures import T0, Cluster, job_spec, raw_spec, report, step
+from tests.support.operator_model import T0, Cluster, job_spec, raw_spec, report, step
 
 FIXED = {"replicas": 2, "minNodes": 2, "maxNodes": 2, "spares": 1}
 PODS = ("demo-worker-0-0", "demo-worker-1-0", "demo-worker-2-0")

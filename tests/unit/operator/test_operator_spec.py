@@ -10,7 +10,7 @@ import yaml
 from elasticjob_agent.protocol.restarts import JOB_MAX_RESTARTS_DEFAULT
 from elasticjob_operator.core.spec import CleanPodPolicy, EtcdMode, SpecError, parse_spec
 
-from tests.unit.operator.opfixtures import raw_spec
+from tests.support.operator_model import raw_spec
 
 
 def test_defaults_fill_what_the_user_left_out() -> None:

@@ -19,7 +19,7 @@ from elasticjob_operator.core.observed import (
 )
 from elasticjob_operator.core.status import JobStatus, Phase
 
-from tests.unit.operator.opfixtures import T0, Cluster, job_spec, step
+from tests.support.operator_model import T0, Cluster, job_spec, step
 
 PULL = 'failed to pull and unpack image "localhost/nope:1": failed to resolve reference'
 BACKOFF = 'Back-off pulling image "localhost/nope:1"'

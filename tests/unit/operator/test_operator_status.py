@@ -18,7 +18,7 @@ from elasticjob_operator.core.status import EtcdState, JobStatus, Phase, StallSt
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.unit.operator.opfixtures import RUN_ID, T0, report
+from tests.support.operator_model import RUN_ID, T0, report
 
 
 def test_condition_transition_time_changes_only_when_status_flips() -> None:

@@ -12,7 +12,7 @@ from elasticjob_operator.core.status import EtcdState, JobStatus
 from elasticjob_operator.kube import ConflictKubeError, Kube
 from elasticjob_operator.reconciler import JobLoop, LoopSettings
 
-from tests.unit.operator.opfixtures import JOB
+from tests.support.operator_model import JOB
 
 
 class StoredJob:

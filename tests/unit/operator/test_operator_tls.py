@@ -12,7 +12,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 from elasticjob_operator.core import manifests, names, pki
 from elasticjob_operator.core.spec import SpecError
 
-from tests.unit.operator.opfixtures import JOB, job_spec
+from tests.support.operator_model import JOB, job_spec
 
 NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 

@@ -24,7 +24,7 @@ from elasticjob_agent.rendezvous.state import (
     renew_deadline,
 )
 
-from tests.unit.rendezvous.model import ModelEtcd, context
+from tests.support.rendezvous_model import ModelEtcd, context
 
 SCHEDULES = int(os.environ.get("SCHEDULES", "1500"))
 STEPS = 80

@@ -15,7 +15,7 @@ from elasticjob_agent.rendezvous.state import (
     renew_deadline,
 )
 
-from tests.unit.rendezvous.model import ModelEtcd, context
+from tests.support.rendezvous_model import ModelEtcd, context
 
 SIZE = 2
 

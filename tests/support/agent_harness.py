@@ -17,10 +17,13 @@ from typing import Any
 
 from elasticjob_agent.ports import free_port
 
-REPO = Path(__file__).resolve().parents[3]
+from tests.support.paths import REPO
+
 TRAIN = REPO / "examples" / "train.py"
-SCRIPTS = Path(__file__).resolve().parent / "scripts"
+SCRIPTS = REPO / "tests" / "integration" / "agent" / "scripts"
 AGENT = [sys.executable, "-m", "elasticjob_agent"]
+_LOG_TIME = re.compile(r"^(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}),(\d{3}) ")
+"""The agent's log line stamp (``logging``'s ``asctime``: local time, milliseconds)."""
 
 
 def pid_alive(pid: int) -> bool:
@@ -115,6 +118,27 @@ class Agent:
             timeout,
             f"Running (world size {world_size})",
         )
+
+    def report_after(self, moment: float, timeout: float = 120.0) -> dict[str, Any]:
+        """The agent's first report that proves it ran past ``moment`` (a Unix time): its etcd
+        session heard from etcd after it (keep-alives do, every heartbeat). A check that
+        something did NOT happen by ``moment`` reads this report, never one taken after a fixed
+        sleep, which a starved agent may not have lived through."""
+        return self.wait_status(
+            lambda s: (s["etcd"]["lastContact"] or 0.0) >= moment,
+            timeout,
+            f"a contact with etcd after {time.strftime('%H:%M:%S', time.localtime(moment))}",
+        )
+
+    def event_times(self, event: str) -> list[float]:
+        """Unix times of the agent's ``event=<event>`` log lines, oldest first."""
+        times = []
+        for line in self.log().splitlines():
+            found = _LOG_TIME.match(line)
+            if found is not None and f" event={event} " in f"{line} ":
+                stamp = time.mktime(time.strptime(found.group(1), "%Y-%m-%d %H:%M:%S"))
+                times.append(stamp + int(found.group(2)) / 1000)
+        return times
 
     def wait_exit(self, timeout: float) -> int:
         try:

@@ -158,3 +158,12 @@ def step(
     )
     cluster.apply(result)
     return result
+
+
+def started(cluster: Cluster, replicas: int = 2) -> JobStatus:
+    """Create the job's objects, let them run, reach etcd: the status after that."""
+    spec = job_spec(replicas=replicas)
+    result = step(cluster, JobStatus(), spec, T0)
+    cluster.run_all()
+    result = step(cluster, result.status, spec, T0 + 1, etcd_reachable=True)
+    return result.status

@@ -24,7 +24,8 @@ from elasticjob_localcluster.versions import (
     TRAINING_IMAGE,
 )
 
-REPO = Path(__file__).resolve().parents[3]
+from tests.support.paths import REPO
+
 BUILD = REPO / "localcluster" / "images" / "build.sh"
 REFS = {
     "pause": PAUSE_IMAGE,

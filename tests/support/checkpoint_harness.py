@@ -19,9 +19,10 @@ from elasticjob_agent.checkpoint.serving import scope
 from elasticjob_agent.ports import free_port
 from elasticjob_agent.protocol.keys import DEFAULT_PREFIX, JobKeys
 
-REPO = Path(__file__).resolve().parents[3]
-WORKER = Path(__file__).resolve().parent / "scripts" / "ckpt_worker.py"
-RESIZE_WORKER = Path(__file__).resolve().parent / "scripts" / "ckpt_resize_worker.py"
+from tests.support.paths import REPO
+
+WORKER = REPO / "tests" / "integration" / "checkpoint" / "scripts" / "ckpt_worker.py"
+RESIZE_WORKER = REPO / "tests" / "integration" / "checkpoint" / "scripts" / "ckpt_resize_worker.py"
 READY_TIMEOUT = 180.0
 """A service imports torch (through the etcd session's errors): slow on a loaded machine."""
 RANK_TIMEOUT = 240.0

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from elasticjob_agent.etcd.client import EtcdClient
+from elasticjob_agent.etcd.messages import prefix_end
 from elasticjob_agent.protocol.endpoints import parse_endpoints
+from elasticjob_agent.protocol.keys import DEFAULT_PREFIX, JobKeys
 from elasticjob_agent.rendezvous.config import RendezvousConfig
 from elasticjob_agent.rendezvous.handler import EtcdRendezvousHandler
+from elasticjob_agent.rendezvous.wire import RendezvousKeys
 
 
 def new_run_id() -> str:
@@ -36,6 +41,22 @@ def make_handler(endpoint: str, run_id: str, node: str, **overrides: Any) -> Etc
             **settings,
         )
     )
+
+
+def node_keys(endpoint: str, run_id: str, node: str, key_prefix: str = DEFAULT_PREFIX) -> list[str]:
+    """The run's rendezvous keys of ``node`` (joined and waiting keys: on its lease, so they
+    vanish when the lease lapses)."""
+    root = RendezvousKeys.of(JobKeys(key_prefix, run_id)).everything
+
+    async def read() -> list[str]:
+        client = EtcdClient(parse_endpoints(endpoint), request_timeout=5.0)
+        try:
+            response = await client.range(root, prefix_end(root), keys_only=True)
+        finally:
+            await client.close()
+        return [bytes(kv.key).decode() for kv in response.kvs]
+
+    return [key for key in asyncio.run(read()) if key.endswith(f"/{node}")]
 
 
 @dataclass

@@ -11,8 +11,8 @@ from typing import Any
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[3]
-CHART = REPO / "charts" / "elasticjob-operator"
+from tests.support.paths import CHART, REPO
+
 RELEASE = "ej"
 NAMESPACE = "elasticjob-system"
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.unit.chart.charttools import REPO
+from tests.support.paths import REPO
 
 DASHBOARD = REPO / "dashboards" / "elasticjob.json"
 _VARIABLE = re.compile(r"\$\{?(\w+)\}?")

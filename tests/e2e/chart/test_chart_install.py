@@ -4,7 +4,6 @@ exactly the RBAC the chart grants, in namespaced and in cluster-wide mode."""
 from __future__ import annotations
 
 import re
-import time
 import urllib.request
 import uuid
 from pathlib import Path
@@ -39,9 +38,9 @@ spec:
 """
 
 
-def _apply_job(cluster: LocalCluster, namespace: str, tmp: Path) -> None:
-    path = tmp / f"job-{namespace}.yaml"
-    path.write_text(JOB)
+def _apply_job(cluster: LocalCluster, namespace: str, tmp: Path, name: str = "rbac-probe") -> None:
+    path = tmp / f"job-{namespace}-{name}.yaml"
+    path.write_text(JOB.replace("name: rbac-probe", f"name: {name}"))
     cluster.kubectl("apply", "-n", namespace, "-f", str(path))
 
 
@@ -152,7 +151,14 @@ def test_namespaced_install_helm_test_and_rbac(cluster: LocalCluster, tmp_path: 
             timeout=120,
         )
         assert _status(cluster, team).get("phase")
-        time.sleep(5)
+        # Proof that the operator got past the outside job's creation: a job applied after it,
+        # in its own namespace, is handled too (no fixed pause that passes by being too short).
+        _apply_job(cluster, team, tmp_path, name="after-outside")
+        cluster.wait_for(
+            f"the namespaced operator to report {team}/after-outside",
+            lambda: _handled_jobs(cluster, release, ops) & {(team, "after-outside")},
+            timeout=120,
+        )
         handled = _handled_jobs(cluster, release, ops)
         assert not {ns for ns, _ in handled} - {team}, f"handled outside its scope: {handled}"
         logs = _operator_logs(cluster, release, ops)

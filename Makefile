@@ -27,7 +27,7 @@ demo-standalone: setup
 	@scripts/demo.sh
 
 # Every test (scripts/test.sh): unit + integration while the builds run, then the e2e suite in
-# two sessions side by side (each on a cluster of its own), beside whatever is left of the rest.
+# two sessions, each on a cluster of its own (the real-node suites first), two sessions at a time.
 test: setup
 	@scripts/test.sh
 

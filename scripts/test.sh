@@ -5,9 +5,10 @@
 #   2. The unit and etcd integration suites start at once. Beside them, the builds of the
 #      end-to-end suite (Kubernetes, images, Kueue; cached, seconds when done) run at a lower CPU
 #      priority, so that a cold machine builds while the fast suites test.
-#   3. Once built, the end-to-end suite runs as two pytest sessions side by side, each on a local
-#      cluster of its own (they mostly wait on their clusters): the real-node suites in one, the
-#      rest in the other. E2E_SPLIT in this file says which directories go to the first.
+#   3. Once built, the end-to-end suite runs as two pytest sessions, each on a local cluster of
+#      its own: the real-node suites (E2E_SPLIT) at once, the rest once the unit and integration
+#      suites are done. So no more than two sessions test at a time, the load the suites are
+#      known to pass under, and the real-node suites (the longest) start first.
 #
 # Each session's log is printed at the end with its start and end time; the run fails if any
 # session (or the builds) failed. Extra arguments go to every session (e.g. -x, -k).
@@ -25,6 +26,7 @@ E2E_SPLIT=(tests/e2e/realnodes tests/e2e/images tests/e2e/chart)
 E2E_SKIP=(tests/e2e/kubeflow)
 
 pids=()
+declare -A started
 trap 'kill "${pids[@]}" 2>/dev/null; exit 130' INT TERM
 
 # session NAME ARGS...: a pytest session in the background, its log in $logs/NAME.log and
@@ -38,6 +40,7 @@ session() {
     echo "$? $began $SECONDS" >"$logs/$name.status"
   ) &
   pids+=($!)
+  started[$name]=$!
   say "$name started (log $logs/$name.log)"
 }
 
@@ -60,6 +63,8 @@ if ((built == 0)); then
   for dir in "${E2E_SPLIT[@]}" "${E2E_SKIP[@]}"; do ignores+=(--ignore="$dir"); done
   # --durations: the slowest tests, so a run that nears CI's limit shows where the time went.
   session e2e-realnodes --durations=15 "$@" "${E2E_SPLIT[@]}"
+  wait "${started[unit+integration]}"
+  say "unit+integration finished"
   session e2e-rest --durations=15 "$@" tests/e2e "${ignores[@]}"
 else
   cat "$logs/builds.log"

@@ -433,6 +433,61 @@ def rows() -> tuple[Row, ...]:
             ),
         ),
         Row(
+            "What failures cost",
+            (
+                _timeseries(
+                    "Recovery time by phase",
+                    "Seconds of the recoveries in each interval, stacked by phase: detect (fault"
+                    " to restart), rendezvous (to the new round), restore (to the first step's"
+                    " start), first_step (status.lastRecovery); empty while nothing failed.",
+                    [
+                        Query(
+                            "sum by (namespace, job, phase) (increase("
+                            f"elasticjob_recovery_seconds_sum{{{JOB}}}[$__rate_interval]))"
+                            " / sum by (namespace, job, phase) (increase("
+                            f"elasticjob_recovery_seconds_count{{{JOB}}}[$__rate_interval]))",
+                            "{{namespace}}/{{job}} {{phase}}",
+                        )
+                    ],
+                    width=8,
+                    bars=True,
+                    stacked=True,
+                    unit="s",
+                ),
+                _timeseries(
+                    "Goodput",
+                    "Time spent in steps the model kept over wall time since the job started"
+                    " (status.goodput.ratio).",
+                    [
+                        Query(
+                            f"max by (namespace, job) (elasticjob_job_goodput_ratio{{{JOB}}})",
+                            "{{namespace}}/{{job}}",
+                        )
+                    ],
+                    width=8,
+                    unit="percentunit",
+                ),
+                _timeseries(
+                    "Restarts spent against maxRestarts",
+                    f"Restarts that spend the budget (reasons {BUDGET_REASONS}) beside"
+                    " spec.maxRestarts: the job fails when the first passes the second.",
+                    [
+                        Query(
+                            "sum by (namespace, job) (elasticjob_job_restarts"
+                            f'{{{JOB}, reason=~"{BUDGET_REASONS}"}}'
+                            f" or 0 * elasticjob_job_max_restarts{{{JOB}}})",
+                            "{{namespace}}/{{job}} spent",
+                        ),
+                        Query(
+                            f"max by (namespace, job) (elasticjob_job_max_restarts{{{JOB}}})",
+                            "{{namespace}}/{{job}} maxRestarts",
+                        ),
+                    ],
+                    width=8,
+                ),
+            ),
+        ),
+        Row(
             "Operator",
             (
                 _timeseries(
@@ -498,7 +553,8 @@ def build() -> dict[str, Any]:
         .description(
             "Elastic PyTorch training jobs: phases, job-wide restarts by reason and the restart"
             " budget, spares, failure-policy decisions, stalls, etcd reachability, world size,"
-            " rendezvous time and training progress. Metrics: docs/contracts.md."
+            " rendezvous time, training progress and what failures cost (recovery time by phase,"
+            " goodput). Metrics: docs/contracts.md."
         )
         .tags(["elasticjob", "pytorch", "kubernetes"])
         .editable()

@@ -216,6 +216,8 @@ def run(args: AgentArgs) -> int:
             etcd=rdzv.etcd_status,
             progress=lambda: timers.last_progress,
             steps=lambda: None if (p := timers.steps()) is None else (p.step, p.at, p.done),
+            first_step=timers.first_step,
+            previous_step=timers.previous_step,
         )
         if args.health_port:
 

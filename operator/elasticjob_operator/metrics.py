@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from elasticjob_agent.protocol.failure_policy import Action, PolicyDecision
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
+from .core.recovery import PHASES, Recovery
 from .core.stall import StallReason
 from .core.status import JobStatus, Phase
 
@@ -52,6 +53,18 @@ POLICY_DECISIONS = Counter(
     [*JOB, "action"],
 )
 POLICY_ACTIONS = tuple(action.value for action in Action)
+RECOVERY_SECONDS = Histogram(
+    "elasticjob_recovery_seconds",
+    "Seconds of each recorded recovery by phase: detect (fault to restart), rendezvous, restore"
+    " (to the first step's start), first_step (status.lastRecovery)",
+    [*JOB, "phase"],
+    buckets=(0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0),
+)
+GOODPUT = Gauge(
+    "elasticjob_job_goodput_ratio",
+    "Training time kept over wall time since the job started (status.goodput.ratio)",
+    JOB,
+)
 STALLS = Counter("elasticjob_job_stalls_total", "Stalls detected, by reason", [*JOB, "reason"])
 STALLED = Gauge("elasticjob_job_stalled", "1 while the job is stalled for reason", [*JOB, "reason"])
 STEADY_CHECKS = Counter(
@@ -116,6 +129,8 @@ def publish(
     if status.progress is not None:
         STEP.labels(namespace, job).set(status.progress.step)
         STEPS_PER_SECOND.labels(namespace, job).set(status.progress.steps_per_second or 0.0)
+    if status.goodput is not None:
+        GOODPUT.labels(namespace, job).set(status.goodput.ratio)
     current = status.stall.reason if status.stall is not None else None
     for reason in STALL_REASONS:
         STALLED.labels(namespace, job, reason).set(1 if reason == current else 0)
@@ -132,6 +147,14 @@ def decision_taken(
     ``before`` (``status.failurePolicy`` holds the latest decision, so each counts once)."""
     if after is not None and after != before:
         POLICY_DECISIONS.labels(namespace, job, after.action.value).inc()
+
+
+def recovered(namespace: str, job: str, before: Recovery | None, after: Recovery | None) -> None:
+    """Observe each phase of ``after`` when a step's written status recorded it in place of
+    ``before`` (a correction of the same recovery is not observed again)."""
+    if after is not None and not after.same_as(before):
+        for phase, seconds in after.phases().items():
+            RECOVERY_SECONDS.labels(namespace, job, phase).observe(seconds)
 
 
 def evidence_refused(reasons: tuple[str, ...]) -> None:
@@ -155,8 +178,11 @@ def forget(namespace: str, job: str) -> None:
         MAX_RESTARTS,
         SPARES_READY,
         ETCD_REACHABLE,
+        GOODPUT,
     ):
         _remove(gauge, namespace, job)
+    for step in PHASES:
+        _remove(RECOVERY_SECONDS, namespace, job, step)
     for action in POLICY_ACTIONS:
         _remove(POLICY_DECISIONS, namespace, job, action)
     for reason in STALL_REASONS:
@@ -164,7 +190,7 @@ def forget(namespace: str, job: str) -> None:
         _remove(STALLS, namespace, job, reason)
 
 
-def _remove(metric: Gauge | Counter, *labels: str) -> None:
+def _remove(metric: Gauge | Counter | Histogram, *labels: str) -> None:
     with contextlib.suppress(KeyError):
         metric.remove(*labels)
 

@@ -199,6 +199,7 @@ class JobLoop:
         metrics.decision_taken(
             job.namespace, job.name, status.failure_policy, new_status.failure_policy
         )
+        metrics.recovered(job.namespace, job.name, status.last_recovery, new_status.last_recovery)
         metrics.publish(job.namespace, job.name, new_status, max_restarts=spec.max_restarts)
         interval = self._pacing.next_interval(
             new_status,

@@ -36,6 +36,7 @@ class StatusFields:
 
     failure_policy: PolicyDecision | None = None
     progress_timeout: float | None = None
+    round_started_at: float | None = None
 
 
 class AgentStatus:
@@ -49,6 +50,8 @@ class AgentStatus:
         etcd: Callable[[], EtcdStatus],
         progress: Callable[[], float | None] = lambda: None,
         steps: Callable[[], tuple[int, float, bool] | None] = lambda: None,
+        first_step: Callable[[], tuple[int, float] | None] = lambda: None,
+        previous_step: Callable[[], tuple[int, float] | None] = lambda: None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.run_id = run_id
@@ -58,6 +61,8 @@ class AgentStatus:
         self._etcd = etcd
         self._progress = progress
         self._steps = steps
+        self._first_step = first_step
+        self._previous_step = previous_step
         self._clock = clock
         self._lock = threading.Lock()
         self._fields = StatusFields()
@@ -86,6 +91,8 @@ class AgentStatus:
         timer_progress = self._progress()
         # (step, Unix time, loop over) of the current round; a group not running has none.
         steps = self._steps() if f.state is AgentState.RUNNING else None
+        first = self._first_step() if f.state is AgentState.RUNNING else None
+        previous = self._previous_step()
         last_progress = max(
             (p for p in (f.last_progress, timer_progress) if p is not None), default=None
         )
@@ -117,4 +124,9 @@ class AgentStatus:
             warm_pool=f.warm_pool,
             failure_policy=f.failure_policy,
             progress_timeout_seconds=f.progress_timeout if f.state is AgentState.RUNNING else None,
+            round_started_at=f.round_started_at if f.state is AgentState.RUNNING else None,
+            first_step=None if first is None else first[0],
+            first_step_at=None if first is None else first[1],
+            previous_step=None if previous is None else previous[0],
+            previous_step_at=None if previous is None else previous[1],
         )

@@ -117,6 +117,18 @@ class HealthReport:
     progress_timeout_seconds: float | None = None
     """The progress (hang) timeout in force while running: the fixed one, or the one learned
     from the step intervals; ``None``: none (off, or the round's first steps are exempt)."""
+    round_started_at: float | None = None
+    """Unix time (the agent's clock) the current round's workers started, while running."""
+    first_step: int | None = None
+    """The first step a local worker reported in the current round (the step training resumed
+    from is one less); ``None`` before it."""
+    first_step_at: float | None = None
+    """Unix time (the agent's clock) of ``first_step``."""
+    previous_step: int | None = None
+    """The highest step of the latest earlier round that reported one (the last step before
+    the restart that started the current round); ``None``: no earlier round had a step."""
+    previous_step_at: float | None = None
+    """Unix time (the agent's clock) of ``previous_step``'s latest report."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -155,6 +167,11 @@ class HealthReport:
             "warmPool": self.warm_pool,
             "failurePolicy": None if self.failure_policy is None else self.failure_policy.to_json(),
             "progressTimeoutSeconds": self.progress_timeout_seconds,
+            "roundStartedAt": self.round_started_at,
+            "firstStep": self.first_step,
+            "firstStepAt": self.first_step_at,
+            "previousStep": self.previous_step,
+            "previousStepAt": self.previous_step_at,
         }
 
     def dumps(self) -> str:
@@ -226,6 +243,11 @@ class HealthReport:
             warm_pool=_opt_int(data, "warmPool") or 0,
             failure_policy=_opt_decision(data.get("failurePolicy")),
             progress_timeout_seconds=_opt_num(data, "progressTimeoutSeconds"),
+            round_started_at=_opt_num(data, "roundStartedAt"),
+            first_step=_opt_int(data, "firstStep"),
+            first_step_at=_opt_num(data, "firstStepAt"),
+            previous_step=_opt_int(data, "previousStep"),
+            previous_step_at=_opt_num(data, "previousStepAt"),
         )
 
     @classmethod

@@ -92,6 +92,7 @@ def set_up_round(sup: Supervision, info: Any, rdzv_seconds: float) -> Group:
         waiting_since=None,
         last_rendezvous_seconds=rdzv_seconds,
         last_progress=now,
+        round_started_at=now,
         workers=tuple(WorkerStatus(lr, pid, None) for lr, pid in sorted(pids.items())),
     )
     sup.events.info(

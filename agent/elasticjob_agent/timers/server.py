@@ -40,6 +40,10 @@ class TimerServer:
         self._table = TimerTable()
         self._lock = threading.Lock()
         self._last_progress: float | None = None
+        self._first: tuple[int, float] | None = None
+        """The round's first step report (step, Unix time), for the job's recovery record."""
+        self._previous: tuple[int, float] | None = None
+        """The latest step of the last round that had one (step, Unix time)."""
         self._intervals = None if auto_timeout is None else StepIntervals(auto_timeout)
         """With an automatic progress timeout: the pace learned from the step reports."""
         if os.path.exists(path):
@@ -93,6 +97,8 @@ class TimerServer:
 
     def _note_step(self, step: int) -> None:
         at, mono = self._last_progress or self._clock(), self._monotonic()
+        if self._steps is None:
+            self._first = (step, at)
         if self._intervals is not None:
             self._intervals = self._intervals.observe(step, mono)
         self._steps = (
@@ -105,7 +111,10 @@ class TimerServer:
         with self._lock:
             self._table.reset(pids)
             self._last_progress = self._clock()
+            if self._steps is not None:
+                self._previous = (self._steps.step, self._steps.at)
             self._steps = None
+            self._first = None
             if self._intervals is not None:
                 self._intervals = self._intervals.new_round()
 
@@ -122,6 +131,17 @@ class TimerServer:
         """The group's step progress since the last ``reset`` (``None``: no step yet)."""
         with self._lock:
             return self._steps
+
+    def first_step(self) -> tuple[int, float] | None:
+        """The first step reported since the last ``reset``, and when (``None``: none yet)."""
+        with self._lock:
+            return self._first
+
+    def previous_step(self) -> tuple[int, float] | None:
+        """The highest step of the last round before the current one that reported a step, and
+        when it was last reported (``None``: no earlier round had one)."""
+        with self._lock:
+            return self._previous
 
     def learned_timeout(self) -> float | None:
         """The automatic progress timeout in force (``protocol.hang_timeout``); ``None`` without

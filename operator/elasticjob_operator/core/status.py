@@ -21,6 +21,7 @@ from .conditions import rfc3339
 from .evidence import full_json
 from .observed import StartFailure, parse_time
 from .progress import ProgressState
+from .recovery import Goodput, Recovery
 
 
 class Phase(StrEnum):
@@ -92,6 +93,10 @@ class JobStatus:
     """Pods whose containers the kubelet cannot start, one per slot (``start_failures.track``)."""
     failure_policy: PolicyDecision | None = None
     """The latest failure-policy decision (``policy_status.py``)."""
+    last_recovery: Recovery | None = None
+    """What the latest recovery cost (``recovery.py``)."""
+    goodput: Goodput | None = None
+    """Training time kept over wall time since the job started (``recovery.account``)."""
 
     def evolve(self, **changes: Any) -> JobStatus:
         return replace(self, **changes)
@@ -147,6 +152,8 @@ class JobStatus:
             "failurePolicy": None
             if self.failure_policy is None
             else {**self.failure_policy.to_json(), "time": _time(self.failure_policy.time)},
+            "lastRecovery": None if self.last_recovery is None else self.last_recovery.to_json(),
+            "goodput": None if self.goodput is None else self.goodput.to_json(),
         }
 
     @classmethod
@@ -211,6 +218,8 @@ class JobStatus:
                 if f is not None
             ),
             failure_policy=_decision(data.get("failurePolicy")),
+            last_recovery=Recovery.from_json(data.get("lastRecovery")),
+            goodput=Goodput.from_json(data.get("goodput")),
         )
 
 

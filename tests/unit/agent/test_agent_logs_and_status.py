@@ -45,6 +45,29 @@ def test_status_report_round_trips_through_the_schema() -> None:
     assert not status.alive(within=5)
 
 
+def test_the_round_start_is_reported_while_running() -> None:
+    status = AgentStatus(
+        "job",
+        "n",
+        3,
+        7200.0,
+        etcd=lambda: EtcdStatus(True, 90.0, None),
+        first_step=lambda: (41, 105.0),
+        previous_step=lambda: (57, 80.0),
+    )
+    status.update(state=AgentState.RENDEZVOUS, round_started_at=100.0)
+    waiting = HealthReport.loads(status.report().dumps())
+    assert (waiting.round_started_at, waiting.first_step) == (None, None)
+    assert (waiting.previous_step, waiting.previous_step_at) == (57, 80.0)
+    status.update(state=AgentState.RUNNING, round=2)
+    running = HealthReport.loads(status.report().dumps())
+    assert (running.round_started_at, running.first_step, running.first_step_at) == (
+        100.0,
+        41,
+        105.0,
+    )
+
+
 def test_a_spare_is_ready_once_every_warm_worker_imported_torch() -> None:
     status = AgentStatus("job", "n", 3, 0.0, etcd=lambda: EtcdStatus(True, 1.0, None))
     status.update(state=AgentState.STANDBY, warm_workers=1, warm_pool=2)

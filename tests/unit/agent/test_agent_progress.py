@@ -128,15 +128,22 @@ def test_steps_reach_the_server_from_group_pids_only(
         _send_raw(server.path, {"op": "step", "pid": other, "step": 0})
         progress = _wait_for_steps(server, lambda p: p is not None)
         assert progress == StepProgress(0, 100.0, 100.0)  # step 1 would have stayed the highest
+        assert server.first_step() == (0, 100.0) and server.previous_step() is None
         server.reset(frozenset({os.getpid()}))
         assert server.steps() is None
+        # The new round's first step is not yet known; the last round's is the step before it.
+        assert server.first_step() is None and server.previous_step() == (0, 100.0)
         report_step(7)
         assert _wait_for_steps(server, lambda p: p is not None) == StepProgress(7, 100.0, 100.0)
+        assert server.first_step() == (7, 100.0)
         report_done()
         progress = _wait_for_steps(server, lambda p: p is not None and p.done)
         assert progress == StepProgress(7, 100.0, 100.0, done=True)
         server.reset(frozenset({os.getpid()}))  # a new group starts without a step
         assert server.steps() is None
+        assert server.previous_step() == (7, 100.0)
+        server.reset(frozenset({os.getpid()}))  # a round without a step keeps the last one
+        assert server.previous_step() == (7, 100.0)
     finally:
         server.close()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -43,6 +44,29 @@ def good() -> dict[str, Any]:
 
 def test_a_valid_report_round_trips() -> None:
     assert HealthReport.loads(GOOD.dumps()) == GOOD
+
+
+def test_the_round_start_fields_round_trip_and_old_reports_still_parse() -> None:
+    started = replace(
+        GOOD,
+        round_started_at=1.7e9,
+        first_step=41,
+        first_step_at=1.7e9 + 5,
+        previous_step=57,
+        previous_step_at=1.7e9 - 20,
+    )
+    assert HealthReport.loads(started.dumps()) == started
+    old = {
+        k: v
+        for k, v in good().items()
+        if k not in ("roundStartedAt", "firstStep", "firstStepAt", "previousStep", "previousStepAt")
+    }
+    assert HealthReport.loads(json.dumps(old)) == GOOD
+    for key, bad in (("firstStep", -1), ("firstStep", 1.5), ("firstStepAt", -1.0)):
+        with pytest.raises(HealthReportError, match=key):
+            HealthReport.loads(json.dumps({**good(), key: bad}))
+    with pytest.raises(HealthReportError, match="previousStepAt"):
+        HealthReport.loads(json.dumps({**good(), "previousStepAt": "x"}))
 
 
 @pytest.mark.parametrize(
@@ -101,6 +125,7 @@ JSON = st.recursive(
 KEYS = [
     "schemaVersion", "runId", "node", "state", "round", "groupRank", "worldSize", "restarts",
     "maxRestarts", "etcd", "waitingSince", "workers", "exitReason", "updatedAt",
+    "roundStartedAt", "firstStep", "firstStepAt", "previousStep", "previousStepAt",
 ]  # fmt: skip
 
 

@@ -9,9 +9,10 @@ between any two steps therefore neither duplicates an object nor loses or double
 One module per concern of a step, in the order ``plan`` runs them: ``reports`` (what the agents
 counted and said) with ``causes`` (the job's root cause, ranked job-wide), ``policy`` (the
 failure-policy decisions they made), ``terminal`` (failed, succeeded, cleaned up), ``suspend``,
-``workers`` and ``etcd`` (the objects), ``stalls`` and ``summary``; ``access`` creates what
-guards the job (its NetworkPolicies and etcd certificates), ``actions`` holds what a step decides
-and ``rejection`` the condition for a request the API server refused.
+``workers`` and ``etcd`` (the objects), ``stalls``, ``recoveries`` (what a failure cost) and
+``summary``; ``access`` creates what guards the job (its NetworkPolicies and etcd certificates),
+``actions`` holds what a step decides and ``rejection`` the condition for a request the API
+server refused.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from .actions import (
 )
 from .etcd import manage_etcd
 from .policy import note_policy
+from .recoveries import track_recovery
 from .rejection import Rejection, note_rejection
 from .reports import mark_joined, merge_reports, note_invalid_reports
 from .stalls import no_progress, note_start_failures, track_progress, track_stall
@@ -202,6 +204,7 @@ def _plan(
     if stall is None:
         stall = no_progress(draft, spec, status, seen, now)
     track_progress(draft, seen, stall, settings.progress_sample, progress.phase_of(job.uid))
+    track_recovery(draft, status, observed, now)
     if track_stall(draft, spec, stall, now):
         finish(
             draft,

@@ -17,6 +17,7 @@ from elasticjob_agent.protocol.failure_policy import FailurePolicyError, PolicyD
 from elasticjob_agent.protocol.integers import IntegerError, bounded_int
 
 from . import restarts
+from .checkpoint_status import CheckpointStatus, newest
 from .conditions import rfc3339
 from .evidence import full_json
 from .observed import StartFailure, parse_time
@@ -92,6 +93,8 @@ class JobStatus:
     """Pods whose containers the kubelet cannot start, one per slot (``start_failures.track``)."""
     failure_policy: PolicyDecision | None = None
     """The latest failure-policy decision (``policy_status.py``)."""
+    checkpoint: CheckpointStatus = field(default_factory=CheckpointStatus)
+    """What the agents' checkpoints kept (``checkpoint_status.py``)."""
 
     def evolve(self, **changes: Any) -> JobStatus:
         return replace(self, **changes)
@@ -147,6 +150,7 @@ class JobStatus:
             "failurePolicy": None
             if self.failure_policy is None
             else {**self.failure_policy.to_json(), "time": _time(self.failure_policy.time)},
+            "checkpoint": None if self.checkpoint.empty else self.checkpoint.to_json(),
         }
 
     @classmethod
@@ -211,6 +215,7 @@ class JobStatus:
                 if f is not None
             ),
             failure_policy=_decision(data.get("failurePolicy")),
+            checkpoint=CheckpointStatus.from_json(data.get("checkpoint")),
         )
 
 
@@ -275,4 +280,5 @@ def never_lower(ours: JobStatus, theirs: JobStatus) -> JobStatus:
         seeded_generation=max(ours.etcd.seeded_generation, theirs.etcd.seeded_generation),
         unreachable_since=ours.etcd.unreachable_since,
     )
-    return replace(ours, restarts=counts, attempts=attempts, etcd=etcd)
+    checkpoint = newest(ours.checkpoint, theirs.checkpoint)
+    return replace(ours, restarts=counts, attempts=attempts, etcd=etcd, checkpoint=checkpoint)

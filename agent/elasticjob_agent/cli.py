@@ -30,6 +30,7 @@ from elasticjob_agent.health.server import HealthServer
 from elasticjob_agent.health.status import AgentStatus
 from elasticjob_agent.logs import EventContext, EventLog, configure
 from elasticjob_agent.pid1 import init_if_pid1
+from elasticjob_agent.protocol.checkpoint import NO_CHECKPOINTS, CheckpointFacts
 from elasticjob_agent.protocol.endpoints import Endpoint, parse_endpoints
 from elasticjob_agent.protocol.exit_codes import ExitCode
 from elasticjob_agent.protocol.failure_policy import (
@@ -201,7 +202,7 @@ def run(args: AgentArgs) -> int:
         )
         stack.callback(timers.close)
         try:
-            checkpoint_env = _checkpoints(
+            checkpoint_env, checkpoint_facts = _checkpoints(
                 args, stack, rdzv, run_id=run_id, node=node, work_dir=work_dir
             )
         except ValueError as exc:
@@ -218,6 +219,7 @@ def run(args: AgentArgs) -> int:
             steps=lambda: None if (p := timers.steps()) is None else (p.step, p.at, p.done),
             first_step=timers.first_step,
             previous_step=timers.previous_step,
+            checkpoints=checkpoint_facts,
         )
         if args.health_port:
 
@@ -317,17 +319,18 @@ def run(args: AgentArgs) -> int:
 
 def _checkpoints(
     args: AgentArgs, stack: ExitStack, rdzv: _Rendezvous, *, run_id: str, node: str, work_dir: Path
-) -> dict[str, str]:
+) -> tuple[Mapping[str, str], Callable[[], CheckpointFacts]]:
     """The node's checkpoint service when ``ELASTICJOB_CHECKPOINT_MEMORY_LIMIT`` asks for it
-    (docs/checkpoints.md); the variables its workers get. ``ValueError`` on a bad setting."""
+    (docs/checkpoints.md); the variables its workers get and what the health report reads of
+    it. ``ValueError`` on a bad setting."""
     from elasticjob_agent.checkpoint.config import settings_from_env  # noqa: PLC0415
 
     settings = settings_from_env(os.environ)
     if settings is None:
-        return {}
+        return {}, lambda: NO_CHECKPOINTS
     from elasticjob_agent.checkpoint.serving import start_checkpoints  # noqa: PLC0415
 
-    return start_checkpoints(
+    served = start_checkpoints(
         settings,
         stack,
         session=rdzv.session,
@@ -336,6 +339,7 @@ def _checkpoints(
         local_addr=args.local_addr,
         work_dir=work_dir,
     )
+    return served.env, served.view.facts
 
 
 def _spare_env(environ: Mapping[str, str], nproc: int) -> dict[str, str]:

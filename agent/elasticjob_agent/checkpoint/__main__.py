@@ -47,7 +47,7 @@ def main() -> int:
             endpoints = parse_endpoints(args.etcd, files if args.etcd.startswith("https") else None)
             session = EtcdSession(endpoints, request_timeout=5.0, lease_ttl=10)
             stack.callback(session.close)
-        env = start_checkpoints(
+        served = start_checkpoints(
             settings,
             stack,
             session=session,
@@ -56,7 +56,7 @@ def main() -> int:
             local_addr=args.addr,
             work_dir=Path(args.work_dir),
         )
-        print(f"ready {env[SOCKET_ENV]}", flush=True)
+        print(f"ready {served.env[SOCKET_ENV]}", flush=True)
         stop.wait()
     return 0
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from elasticjob_agent.checkpoint.manifest import ShardId
+from elasticjob_agent.protocol.checkpoint import RestoreReport
 
 __all__ = [
     "PER_RANK_KEY",
@@ -232,48 +233,3 @@ def _describe(signature: Any) -> str:
         dtype, shape = signature
         return f"{dtype} of shape {list(shape)}"
     return "a plain value"
-
-
-@dataclass(frozen=True)
-class RestoreReport:
-    """What a restore kept: the step, the world size that saved it and the one that restored
-    it, where this rank's shard came from (``memory``, ``peer <node>``, ``disk``) and how long
-    the restore took."""
-
-    step: int
-    saved_world_size: int
-    world_size: int
-    source: str
-    seconds: float
-
-    def as_status(self) -> dict[str, Any]:
-        """``status.checkpoint.lastRestore``'s shape."""
-        return {
-            "step": self.step,
-            "savedWorldSize": self.saved_world_size,
-            "worldSize": self.world_size,
-            "source": self.source,
-            "seconds": round(self.seconds, 3),
-        }
-
-    @classmethod
-    def from_status(cls, value: Any) -> RestoreReport:
-        """The inverse of ``as_status``; ``ValueError`` naming what is wrong."""
-        if not isinstance(value, dict):
-            raise ValueError(f"a restore report is an object, got {value!r}")
-        ints = {}
-        for key in ("step", "savedWorldSize", "worldSize"):
-            item = value.get(key)
-            if isinstance(item, bool) or not isinstance(item, int) or item < 0:
-                raise ValueError(f"restore report: {key} must be an integer >= 0, got {item!r}")
-            ints[key] = item
-        source, seconds = value.get("source"), value.get("seconds")
-        if not isinstance(source, str) or not 0 < len(source) <= 300:
-            raise ValueError(f"restore report: bad source {source!r}")
-        if (
-            isinstance(seconds, bool)
-            or not isinstance(seconds, (int, float))
-            or not (0 <= seconds < 1e9)
-        ):
-            raise ValueError(f"restore report: bad seconds {seconds!r}")
-        return cls(ints["step"], ints["savedWorldSize"], ints["worldSize"], source, float(seconds))

@@ -11,9 +11,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from elasticjob_agent.protocol.checkpoint import NO_CHECKPOINTS, CheckpointFacts, RestoreReport
 from elasticjob_agent.protocol.failure import WorkerFailure
 from elasticjob_agent.protocol.failure_policy import PolicyDecision
-from elasticjob_agent.protocol.health import AgentState, EtcdStatus, HealthReport, WorkerStatus
+from elasticjob_agent.protocol.health import (
+    MAX_RESTORE_FAILURE,
+    AgentState,
+    EtcdStatus,
+    HealthReport,
+    WorkerStatus,
+)
 
 
 @dataclass(frozen=True)
@@ -52,6 +59,7 @@ class AgentStatus:
         steps: Callable[[], tuple[int, float, bool] | None] = lambda: None,
         first_step: Callable[[], tuple[int, float] | None] = lambda: None,
         previous_step: Callable[[], tuple[int, float] | None] = lambda: None,
+        checkpoints: Callable[[], CheckpointFacts] = lambda: NO_CHECKPOINTS,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.run_id = run_id
@@ -63,6 +71,11 @@ class AgentStatus:
         self._steps = steps
         self._first_step = first_step
         self._previous_step = previous_step
+        self._checkpoints = checkpoints
+        # The round each restore (and each restore failure) was first seen in, by identity:
+        # the checkpoint node replaces the object at every restore, and knows no rounds.
+        self._restore_seen: tuple[RestoreReport, int | None] | None = None
+        self._failure_seen: tuple[str, int | None] | None = None
         self._clock = clock
         self._lock = threading.Lock()
         self._fields = StatusFields()
@@ -96,6 +109,8 @@ class AgentStatus:
         last_progress = max(
             (p for p in (f.last_progress, timer_progress) if p is not None), default=None
         )
+        saved, restore, failure = self._checkpoints()
+        restore, failure_round = self._stamp(restore, failure, f.round)
         return HealthReport(
             run_id=self.run_id,
             node=self.node,
@@ -129,4 +144,27 @@ class AgentStatus:
             first_step_at=None if first is None else first[1],
             previous_step=None if previous is None else previous[0],
             previous_step_at=None if previous is None else previous[1],
+            last_saved_step=saved,
+            last_restore=restore,
+            restore_failure=None if failure is None else failure[:MAX_RESTORE_FAILURE],
+            restore_failure_round=failure_round,
         )
+
+    def _stamp(
+        self, restore: RestoreReport | None, failure: str | None, round_: int | None
+    ) -> tuple[RestoreReport | None, int | None]:
+        """``restore`` with the round it was first seen in, and the round of ``failure``."""
+        with self._lock:
+            if restore is not None and (
+                self._restore_seen is None or self._restore_seen[0] is not restore
+            ):
+                self._restore_seen = (restore, round_)
+            if failure is not None and (
+                self._failure_seen is None or self._failure_seen[0] is not failure
+            ):
+                self._failure_seen = (failure, round_)
+            restore_round = None if self._restore_seen is None else self._restore_seen[1]
+            failure_round = None if self._failure_seen is None else self._failure_seen[1]
+        if restore is not None and restore.round is None:
+            restore = replace(restore, round=restore_round)
+        return restore, None if failure is None else failure_round

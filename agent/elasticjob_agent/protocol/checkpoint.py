@@ -1,14 +1,19 @@
 """How the operator configures the agents' checkpoints: the environment variables it sets on a
-worker pod from ``spec.checkpoint`` and the agents' replication port (shared facts; pure).
+worker pod from ``spec.checkpoint`` and the agents' replication port (shared facts; pure); and
+what a restore kept (``RestoreReport``), as the agents report it and ``status.checkpoint`` shows it.
 
 The agent reads them in ``checkpoint.config``; docs/checkpoints.md describes each.
 """
 
 from __future__ import annotations
 
+import math
 import re
+from dataclasses import dataclass
+from typing import Any
 
 from elasticjob_agent.protocol import defaults
+from elasticjob_agent.protocol.integers import IntegerError, bounded_int
 
 ENV_PREFIX = "ELASTICJOB_CHECKPOINT_"
 MEMORY_LIMIT_ENV = f"{ENV_PREFIX}MEMORY_LIMIT"
@@ -57,3 +62,83 @@ def parse_size(text: str, what: str) -> int:
             "(or k, M, G, T)"
         )
     return int(match.group(1)) * _UNITS[match.group(2)]
+
+
+MAX_COUNT = 2**53
+"""Largest step, world size or round a restore report carries (exact in every JSON reader)."""
+MAX_SOURCE = 300
+"""Longest ``source`` of a restore report (``peer <node>``: a node name is at most 253)."""
+
+
+@dataclass(frozen=True)
+class RestoreReport:
+    """What a restore kept: the step, the world size that saved it and the one that restored
+    it, where this rank's shard came from (``memory``, ``peer <node>``, ``disk``) and how long
+    the restore took. ``round``: the rendezvous round it happened in, stamped by the agent's
+    health report (``None`` inside the checkpoint service, which knows no rounds)."""
+
+    step: int
+    saved_world_size: int
+    world_size: int
+    source: str
+    seconds: float
+    round: int | None = None
+
+    def as_status(self) -> dict[str, Any]:
+        """``status.checkpoint.lastRestore``'s shape (``round`` only when known)."""
+        shape: dict[str, Any] = {
+            "step": self.step,
+            "savedWorldSize": self.saved_world_size,
+            "worldSize": self.world_size,
+            "source": self.source,
+            "seconds": round(self.seconds, 3),
+        }
+        if self.round is not None:
+            shape["round"] = self.round
+        return shape
+
+    @classmethod
+    def from_status(cls, value: Any) -> RestoreReport:
+        """The inverse of ``as_status``, strict: integers within ``[0, 2**53]``, a source of
+        1..``MAX_SOURCE`` characters, finite seconds within ``[0, 1e9)``; ``ValueError`` naming
+        what is wrong."""
+        if not isinstance(value, dict):
+            raise ValueError(f"a restore report is an object, got {str(value)[:80]!r}")
+        ints: dict[str, int] = {}
+        for key in ("step", "savedWorldSize", "worldSize"):
+            ints[key] = _count(value.get(key), key)
+        rnd = value.get("round")
+        source, seconds = value.get("source"), value.get("seconds")
+        if not isinstance(source, str) or not 0 < len(source) <= MAX_SOURCE:
+            raise ValueError(f"restore report: bad source {str(source)[:80]!r}")
+        if (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, (int, float))
+            or not math.isfinite(seconds)
+            or not (0 <= seconds < 1e9)
+        ):
+            raise ValueError(f"restore report: bad seconds {seconds!r}")
+        return cls(
+            ints["step"],
+            ints["savedWorldSize"],
+            ints["worldSize"],
+            source,
+            float(seconds),
+            None if rnd is None else _count(rnd, "round"),
+        )
+
+
+CheckpointFacts = tuple[int | None, RestoreReport | None, str | None]
+"""What an agent's checkpoint node holds and kept, as its health report reads it: the newest
+step held in memory, the last restore, why the last restore kept nothing (each ``None``: none)."""
+NO_CHECKPOINTS: CheckpointFacts = (None, None, None)
+"""The facts of an agent without checkpoints."""
+
+
+def _count(value: object, key: str) -> int:
+    try:
+        return bounded_int(value, 0, MAX_COUNT)
+    except IntegerError:
+        raise ValueError(
+            f"restore report: {key} must be an integer in [0, {MAX_COUNT}], got {str(value)[:40]!r}"
+        ) from None

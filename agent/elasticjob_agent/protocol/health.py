@@ -21,6 +21,7 @@ from enum import Enum
 from typing import Any, Literal, overload
 
 from elasticjob_agent.protocol import defaults
+from elasticjob_agent.protocol.checkpoint import RestoreReport
 from elasticjob_agent.protocol.failure import FailureRecordError, WorkerFailure
 from elasticjob_agent.protocol.failure_policy import FailurePolicyError, PolicyDecision
 from elasticjob_agent.protocol.integers import IntegerError, bounded_int
@@ -129,6 +130,16 @@ class HealthReport:
     the restart that started the current round); ``None``: no earlier round had a step."""
     previous_step_at: float | None = None
     """Unix time (the agent's clock) of ``previous_step``'s latest report."""
+    last_saved_step: int | None = None
+    """The newest step this agent's checkpoint memory holds a shard of (``None``: none, or
+    checkpoints off)."""
+    last_restore: RestoreReport | None = None
+    """The last restore a rank of this agent reported, with the round it happened in."""
+    restore_failure: str | None = None
+    """Why the last restore restored nothing although a checkpoint exists (at most
+    ``MAX_RESTORE_FAILURE`` characters); cleared by the next successful restore."""
+    restore_failure_round: int | None = None
+    """The round ``restore_failure`` happened in."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -172,6 +183,10 @@ class HealthReport:
             "firstStepAt": self.first_step_at,
             "previousStep": self.previous_step,
             "previousStepAt": self.previous_step_at,
+            "lastSavedStep": self.last_saved_step,
+            "lastRestore": None if self.last_restore is None else self.last_restore.as_status(),
+            "restoreFailure": self.restore_failure,
+            "restoreFailureRound": self.restore_failure_round,
         }
 
     def dumps(self) -> str:
@@ -248,6 +263,10 @@ class HealthReport:
             first_step_at=_opt_num(data, "firstStepAt"),
             previous_step=_opt_int(data, "previousStep"),
             previous_step_at=_opt_num(data, "previousStepAt"),
+            last_saved_step=_opt_int(data, "lastSavedStep"),
+            last_restore=_opt_restore(data.get("lastRestore")),
+            restore_failure=_string(data, "restoreFailure", limit=MAX_RESTORE_FAILURE),
+            restore_failure_round=_opt_int(data, "restoreFailureRound"),
         )
 
     @classmethod
@@ -298,6 +317,8 @@ MAX_TEXT = 4096
 MAX_REASONS = 32
 MAX_ENDPOINTS = 32
 MAX_WORKERS = 1024
+MAX_RESTORE_FAILURE = 1024
+"""Longest ``restoreFailure``; the agent reports the first this many characters of a reason."""
 
 
 def json_depth(text: str) -> int:
@@ -446,6 +467,15 @@ def _opt_decision(value: object) -> PolicyDecision | None:
         return PolicyDecision.from_json(value)
     except FailurePolicyError as exc:
         raise HealthReportError(str(exc)) from None
+
+
+def _opt_restore(value: object) -> RestoreReport | None:
+    if value is None:
+        return None
+    try:
+        return RestoreReport.from_status(value)
+    except ValueError as exc:
+        raise HealthReportError(f"field 'lastRestore': {exc}") from None
 
 
 def _opt_port(obj: Mapping[str, Any], key: str) -> int | None:

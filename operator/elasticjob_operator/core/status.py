@@ -17,6 +17,7 @@ from elasticjob_agent.protocol.failure_policy import FailurePolicyError, PolicyD
 from elasticjob_agent.protocol.integers import IntegerError, bounded_int
 
 from . import restarts
+from .checkpoint_status import CheckpointStatus, newest
 from .conditions import rfc3339
 from .evidence import full_json
 from .observed import StartFailure, parse_time
@@ -97,6 +98,8 @@ class JobStatus:
     """What the latest recovery cost (``recovery.py``)."""
     goodput: Goodput | None = None
     """Training time kept over wall time since the job started (``recovery.account``)."""
+    checkpoint: CheckpointStatus = field(default_factory=CheckpointStatus)
+    """What the agents' checkpoints kept (``checkpoint_status.py``)."""
 
     def evolve(self, **changes: Any) -> JobStatus:
         return replace(self, **changes)
@@ -154,6 +157,7 @@ class JobStatus:
             else {**self.failure_policy.to_json(), "time": _time(self.failure_policy.time)},
             "lastRecovery": None if self.last_recovery is None else self.last_recovery.to_json(),
             "goodput": None if self.goodput is None else self.goodput.to_json(),
+            "checkpoint": None if self.checkpoint.empty else self.checkpoint.to_json(),
         }
 
     @classmethod
@@ -220,6 +224,7 @@ class JobStatus:
             failure_policy=_decision(data.get("failurePolicy")),
             last_recovery=Recovery.from_json(data.get("lastRecovery")),
             goodput=Goodput.from_json(data.get("goodput")),
+            checkpoint=CheckpointStatus.from_json(data.get("checkpoint")),
         )
 
 
@@ -284,4 +289,5 @@ def never_lower(ours: JobStatus, theirs: JobStatus) -> JobStatus:
         seeded_generation=max(ours.etcd.seeded_generation, theirs.etcd.seeded_generation),
         unreachable_since=ours.etcd.unreachable_since,
     )
-    return replace(ours, restarts=counts, attempts=attempts, etcd=etcd)
+    checkpoint = newest(ours.checkpoint, theirs.checkpoint)
+    return replace(ours, restarts=counts, attempts=attempts, etcd=etcd, checkpoint=checkpoint)

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from elasticjob_agent.ports import free_port
 
 from tests.support.checkpoint_harness import run_ranks
 from tests.support.paths import REPO
@@ -34,13 +35,16 @@ def test_the_agent_serves_its_workers_and_a_restarted_group_resumes(
 ) -> None:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "agent"), env.get("PYTHONPATH", "")])
+    port = free_port()
     env.update(
         ELASTICJOB_CHECKPOINT_MEMORY_LIMIT="64Mi",
         ELASTICJOB_CHECKPOINT_MEMORY_DIR=str(memory_dir),
+        HEALTH_PORT=str(port),
     )
     out = tmp_path / "restored"
     argv = [sys.executable, "-m", "elasticjob_agent", "--standalone", "--nproc-per-node", "2"]
-    argv += ["--max-restarts", "1", "--health-port", "0", "--monitor-interval", "0.5"]
+    argv += ["--max-restarts", "1", "--health-port", str(port), "--health-addr", "127.0.0.1"]
+    argv += ["--monitor-interval", "0.5"]
     argv += [str(SCRIPTS / "ckpt_train_fail_once.py"), str(out)]
     proc = subprocess.run(
         argv,
@@ -53,7 +57,15 @@ def test_the_agent_serves_its_workers_and_a_restarted_group_resumes(
     log = proc.stdout.decode()[-3000:] + proc.stderr.decode()[-5000:]
     assert proc.returncode == 0, log
     results = [json.loads(Path(f"{out}.{rank}").read_text()) for rank in (0, 1)]
+    report = results[0].pop("report")
     assert results == [{"step": 3, "source": "memory", "ok": True}] * 2, log
+    # The agent's health report says what the restore kept, and in which round.
+    restore = report["lastRestore"]
+    assert restore is not None, (report, log)
+    assert isinstance(restore.pop("round"), int), (report, log)
+    assert restore.pop("seconds") >= 0
+    assert restore == {"step": 3, "savedWorldSize": 2, "worldSize": 2, "source": "memory"}
+    assert report["lastSavedStep"] == 3, (report, log)
     assert "checkpoint service: memory" in proc.stderr.decode()
 
 

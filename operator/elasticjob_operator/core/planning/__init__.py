@@ -7,7 +7,8 @@ idempotent; no write happens anywhere else. Killing the operator
 between any two steps therefore neither duplicates an object nor loses or doubles a count.
 
 One module per concern of a step, in the order ``plan`` runs them: ``reports`` (what the agents
-counted and said) with ``causes`` (the job's root cause, ranked job-wide), ``policy`` (the
+counted and said) with ``causes`` (the job's root cause, ranked job-wide), ``checkpoints``
+(what their checkpoints kept, and why the step went back), ``policy`` (the
 failure-policy decisions they made), ``terminal`` (failed, succeeded, cleaned up), ``suspend``,
 ``workers`` and ``etcd`` (the objects), ``stalls``, ``recoveries`` (what a failure cost) and
 ``summary``; ``access`` creates what guards the job (its NetworkPolicies and etcd certificates),
@@ -41,6 +42,7 @@ from .actions import (
     Plan,
     WriteSeed,
 )
+from .checkpoints import merge_checkpoints, note_rewind
 from .etcd import manage_etcd
 from .policy import note_policy
 from .recoveries import track_recovery
@@ -135,6 +137,7 @@ def _plan(
         return draft.freeze()
 
     merge_reports(draft, observed, now, settings.root_cause_window)
+    merge_checkpoints(draft, observed)
     note_policy(draft, observed, workers, now)
     note_invalid_reports(draft, observed)
     mark_joined(draft, observed)
@@ -205,6 +208,7 @@ def _plan(
         stall = no_progress(draft, spec, status, seen, now)
     track_progress(draft, seen, stall, settings.progress_sample, progress.phase_of(job.uid))
     track_recovery(draft, status, observed, now)
+    note_rewind(draft, status)
     if track_stall(draft, spec, stall, now):
         finish(
             draft,

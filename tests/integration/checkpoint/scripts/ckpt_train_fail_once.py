@@ -1,5 +1,6 @@
 """A training script under elasticjob-agent: the first attempt saves steps 1..3 and then rank 1
-fails; the restarted group restores and writes the step and source each rank got."""
+fails; the restarted group restores and writes the step and source each rank got, and rank 0
+what its agent's health report (``HEALTH_PORT``, when set) says the checkpoints kept."""
 
 from __future__ import annotations
 
@@ -8,10 +9,24 @@ import gc
 import json
 import os
 import sys
+import time
+import urllib.request
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from elasticjob_agent.checkpoint.api import Checkpointer
+
+
+def agent_report(port: int) -> dict[str, Any]:
+    """The agent's report once it carries this node's restore (within 30 s)."""
+    deadline = time.monotonic() + 30
+    while True:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=5) as answer:
+            report: dict[str, Any] = json.load(answer)
+        if report.get("lastRestore") is not None or time.monotonic() > deadline:
+            return report
+        time.sleep(0.2)
 
 
 def main() -> None:
@@ -32,8 +47,12 @@ def main() -> None:
         assert found is not None, "nothing restored"
         step, state = found
         ok = bool(torch.equal(state["w"], torch.full((1000,), float(step * 10 + rank))))
+        result: dict[str, Any] = {"step": step, "source": ckpt.last_restore_source, "ok": ok}
+        if rank == 0 and os.environ.get("HEALTH_PORT"):
+            report = agent_report(int(os.environ["HEALTH_PORT"]))
+            result["report"] = {k: report.get(k) for k in ("lastSavedStep", "lastRestore")}
         with open(f"{out}.{rank}", "w") as f:
-            json.dump({"step": step, "source": ckpt.last_restore_source, "ok": ok}, f)
+            json.dump(result, f)
     dist.destroy_process_group()
     gc.collect()
 

@@ -85,14 +85,18 @@ class RestoreReport:
     round: int | None = None
 
     def as_status(self) -> dict[str, Any]:
-        """``status.checkpoint.lastRestore``'s shape (``round`` only when known)."""
+        """``status.checkpoint.lastRestore``'s shape: ``source`` is ``memory``, ``peer`` or
+        ``disk``, the peer's node in ``sourceNode``; ``round`` only when known."""
+        kind, _, node = self.source.partition(" ")
         shape: dict[str, Any] = {
             "step": self.step,
             "savedWorldSize": self.saved_world_size,
             "worldSize": self.world_size,
-            "source": self.source,
+            "source": kind,
             "seconds": round(self.seconds, 3),
         }
+        if node:
+            shape["sourceNode"] = node
         if self.round is not None:
             shape["round"] = self.round
         return shape
@@ -111,6 +115,11 @@ class RestoreReport:
         source, seconds = value.get("source"), value.get("seconds")
         if not isinstance(source, str) or not 0 < len(source) <= MAX_SOURCE:
             raise ValueError(f"restore report: bad source {str(source)[:80]!r}")
+        node = value.get("sourceNode")
+        if node is not None:
+            if not isinstance(node, str) or not 0 < len(source) + 1 + len(node) <= MAX_SOURCE:
+                raise ValueError(f"restore report: bad sourceNode {str(node)[:80]!r}")
+            source = f"{source} {node}"
         if (
             isinstance(seconds, bool)
             or not isinstance(seconds, (int, float))

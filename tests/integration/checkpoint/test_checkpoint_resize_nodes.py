@@ -39,7 +39,7 @@ def test_a_job_saved_by_4_ranks_resumes_exactly_in_another_world_size(
     for rank, r in enumerate(loaded):
         assert r["restored"]["step"] == 3
         assert (r["restored"]["savedWorldSize"], r["restored"]["worldSize"]) == (4, new_world)
-        assert r["restored"]["source"] in ("memory", "peer a", "peer b")
+        assert r["restored"]["source"] in ("memory", "peer")
         assert r["digest"] == pytest.approx(saved[0]["digest_end"])  # the saved model
         assert r["per_rank"] == rank % 4 and r["rng"] == [rank % 4, 3]
     before = [i for r in saved for batch in r["consumed"] for i in batch]

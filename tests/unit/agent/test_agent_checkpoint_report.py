@@ -48,7 +48,8 @@ def test_the_checkpoint_fields_round_trip() -> None:
         "step": 40,
         "savedWorldSize": 4,
         "worldSize": 2,
-        "source": "peer node-1",
+        "source": "peer",
+        "sourceNode": "node-1",
         "seconds": 1.25,
         "round": 3,
     }

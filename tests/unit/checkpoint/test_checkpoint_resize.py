@@ -173,7 +173,8 @@ def test_the_restore_report_round_trips_and_is_parsed_strictly() -> None:
         "step": 30,
         "savedWorldSize": 4,
         "worldSize": 2,
-        "source": "peer b",
+        "source": "peer",
+        "sourceNode": "b",
         "seconds": 1.235,
     }
     assert RestoreReport.from_status(status) == RestoreReport(30, 4, 2, "peer b", 1.235)
@@ -181,6 +182,8 @@ def test_the_restore_report_round_trips_and_is_parsed_strictly() -> None:
         {**status, "step": -1},
         {**status, "worldSize": True},
         {**status, "source": ""},
+        {**status, "sourceNode": 7},
+        {**status, "sourceNode": "n" * 300},
         {**status, "seconds": float("nan")},
         [],
     ]

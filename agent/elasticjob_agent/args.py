@@ -97,6 +97,8 @@ class AgentArgs:
     """``--failure-policy``: a path to the policy's JSON, or the JSON text (read by the CLI)."""
     warm_workers: bool = True
     """Keep spare interpreters with torch imported, so restarts skip the import."""
+    log_format: str = defaults.LOG_FORMAT
+    """The agent's own log lines: one of ``defaults.LOG_FORMATS``."""
 
     @property
     def key_prefix(self) -> str:
@@ -290,6 +292,11 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> AgentArgs:
         raise UsageError(f"--nccl-async-error-handling {async_handling!r} must be 0, 1, 2 or 3")
     if ns.warm_workers not in ("0", "1"):
         raise UsageError(f"--warm-workers {ns.warm_workers!r} must be 0 or 1")
+    if ns.log_format not in defaults.LOG_FORMATS:
+        raise UsageError(
+            f"--log-format {ns.log_format!r} must be one of {', '.join(defaults.LOG_FORMATS)} "
+            f"(also read from {defaults.LOG_FORMAT_ENV})"
+        )
     if ns.nccl_monitoring not in ("0", "1"):
         raise UsageError(f"--nccl-monitoring {ns.nccl_monitoring!r} must be 0 or 1")
     return AgentArgs(
@@ -332,6 +339,7 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> AgentArgs:
         progress_auto=_progress_auto(ns.progress_timeout, ns.progress_auto_conf),
         failure_policy=ns.failure_policy or None,
         warm_workers=ns.warm_workers == "1" and not ns.no_python,
+        log_format=ns.log_format,
     )
 
 

@@ -363,6 +363,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure()
     try:
         args = parse_args(sys.argv[1:] if argv is None else argv, os.environ)
+        configure(log_format=args.log_format)
         code = run(args)
     except UsageError as exc:
         code = _usage_error(str(exc))

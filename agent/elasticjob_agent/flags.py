@@ -243,6 +243,14 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         default="1",
         help="1: keep spare workers with torch imported so restarts skip the import; 0: off",
     )
+    valued(
+        "--log-format",
+        "--log_format",
+        default=environ.get(defaults.LOG_FORMAT_ENV, defaults.LOG_FORMAT),
+        help="the agent's own log lines (not the workers' output): "
+        f"{' or '.join(defaults.LOG_FORMATS)} (default {defaults.LOG_FORMAT}, "
+        f"or ${defaults.LOG_FORMAT_ENV})",
+    )
     parser.add_argument("training_script", help="the training script (or module, or program)")
     parser.add_argument("training_script_args", nargs=argparse.REMAINDER)
     return parser

@@ -35,6 +35,13 @@ KEY_PREFIX = "/elasticjob"
 BACKEND_NAME = "etcd-v3"
 """Our rendezvous backend, as ``--rdzv-backend`` and torch's handler registry name it."""
 
+# The agent's own log records (``--log-format``).
+LOG_FORMATS = ("text", "json")
+"""``text`` (the default) for people, ``json`` (one object a line) for log stores."""
+LOG_FORMAT = "text"
+LOG_FORMAT_ENV = "ELASTICJOB_LOG_FORMAT"
+"""The environment variable that sets ``--log-format``'s default."""
+
 # Ports.
 HEALTH_PORT = 29401
 """The agent's health server (``/healthz``, ``/status``, ``/metrics``)."""

@@ -4,10 +4,13 @@ a failed assertion needs (Events, agent lines, the operator's metrics, terminati
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +19,7 @@ from elasticjob_localcluster.testing import TRAINING_IMAGE
 
 from tests.support import jobs
 from tests.support.jobs import by_reason, pods
+from tests.support.paths import CHART
 
 OPERATOR_IMAGE = "ghcr.io/elasticjob/elasticjob-operator:0.1.0"
 RESTRICTED = "pod-security.kubernetes.io/enforce=restricted"
@@ -39,6 +43,37 @@ def restricted_namespace(cluster: LocalCluster, name: str) -> None:
 
 
 #: Everything the `restricted` PodSecurity profile asks of a container (the image runs as 10001).
+
+
+@contextlib.contextmanager
+def installed_release(cluster: LocalCluster, scratch: Path) -> Iterator[Release]:
+    """The operator installed by ``helm install --wait`` of the chart with default values but
+    the watched namespace, in a ``restricted`` namespace; uninstalled (with its jobs) after.
+    ``scratch``: a directory for the values file."""
+    if len(cluster.real_nodes) < 2:
+        pytest.fail(
+            f"these tests need 2 real nodes; cluster {cluster.config.name!r} has "
+            f"{sorted(cluster.real_nodes)}: set ELASTICJOB_E2E_REAL_NODES=2 (the default)"
+        )
+    suffix = uuid.uuid4().hex[:6]
+    rel = Release(name=f"ejr{suffix}", system=f"ejrsys-{suffix}", work=f"ejrwork-{suffix}")
+    restricted_namespace(cluster, rel.system)
+    restricted_namespace(cluster, rel.work)
+    # Default values but for what this cluster needs: the watched namespace.
+    values = scratch / f"values-{suffix}.yaml"
+    values.write_text(json.dumps({"watchNamespaces": [rel.work]}))
+    try:
+        cluster.helm(
+            "install", rel.name, str(CHART), "--namespace", rel.system,
+            "--values", str(values), "--wait", "--timeout", "5m",
+        )  # fmt: skip
+        yield rel
+    finally:
+        cluster.kubectl("delete", "ej", "--all", "-n", rel.work, "--wait=false", check=False)
+        cluster.helm("uninstall", rel.name, "--namespace", rel.system, "--wait", check=False)
+        cluster.kubectl("delete", "namespace", rel.work, rel.system, "--wait=false", check=False)
+
+
 RESTRICTED_CONTAINER = {
     "allowPrivilegeEscalation": False,
     "capabilities": {"drop": ["ALL"]},

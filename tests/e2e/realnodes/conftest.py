@@ -10,15 +10,12 @@ operator and the jobs live in two namespaces labelled
 
 from __future__ import annotations
 
-import json
-import uuid
 from collections.abc import Iterator
 
 import pytest
 from elasticjob_localcluster import LocalCluster
 
-from tests.support.paths import CHART
-from tests.support.realnodes import Release, restricted_namespace
+from tests.support.realnodes import Release, installed_release
 
 pytestmark = pytest.mark.e2e
 
@@ -27,29 +24,10 @@ pytestmark = pytest.mark.e2e
 def release(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Release]:
     """The operator installed by ``helm install --wait`` (default values but the watched
     namespace) in a ``restricted`` namespace, once per session for every module that needs the
-    chart as it is (each test's jobs are deleted by ``work``); uninstalled at the end."""
-    if len(cluster.real_nodes) < 2:
-        pytest.fail(
-            f"these tests need 2 real nodes; cluster {cluster.config.name!r} has "
-            f"{sorted(cluster.real_nodes)}: set ELASTICJOB_E2E_REAL_NODES=2 (the default)"
-        )
-    suffix = uuid.uuid4().hex[:6]
-    rel = Release(name=f"ejr{suffix}", system=f"ejrsys-{suffix}", work=f"ejrwork-{suffix}")
-    restricted_namespace(cluster, rel.system)
-    restricted_namespace(cluster, rel.work)
-    # Default values but for what this cluster needs: the watched namespace.
-    values = tmp_path_factory.mktemp("chart") / "values.yaml"
-    values.write_text(json.dumps({"watchNamespaces": [rel.work]}))
-    try:
-        cluster.helm(
-            "install", rel.name, str(CHART), "--namespace", rel.system,
-            "--values", str(values), "--wait", "--timeout", "5m",
-        )  # fmt: skip
+    chart as it is (each test's jobs are deleted by ``work``); uninstalled at the end. A module
+    that checks the install itself defines its own ``release``."""
+    with installed_release(cluster, tmp_path_factory.mktemp("chart")) as rel:
         yield rel
-    finally:
-        cluster.kubectl("delete", "ej", "--all", "-n", rel.work, "--wait=false", check=False)
-        cluster.helm("uninstall", rel.name, "--namespace", rel.system, "--wait", check=False)
-        cluster.kubectl("delete", "namespace", rel.work, rel.system, "--wait=false", check=False)
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import select
 import subprocess
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from tests.support.realnodes import (
     Release,
     apply_job,
     diagnostics,
+    installed_release,
     job_events,
     job_manifest,
     termination_message,
@@ -27,6 +29,14 @@ from tests.support.realnodes import (
 )
 
 pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def release(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Release]:
+    """A release of this module's own: its first test checks a fresh install (the operator's
+    container never restarted), which the session's shared release cannot promise."""
+    with installed_release(cluster, tmp_path_factory.mktemp("chart")) as rel:
+        yield rel
 
 
 def _operator_pod(cluster: LocalCluster, release: Release) -> dict[str, object]:

@@ -12,10 +12,10 @@ import json
 import logging
 import sys
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
-from typing import IO, Any
+from typing import IO
 
 from elasticjob_agent.protocol.defaults import LOG_FORMAT, LOG_FORMATS
+from elasticjob_agent.protocol.log_lines import base_entry
 
 _FORMAT = "%(asctime)s %(levelname)s elasticjob-agent %(message)s"
 CONTEXT_FIELDS = ("run_id", "round", "node", "rank")
@@ -26,14 +26,7 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per record, on one line (see the module's docstring for its keys)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        entry: dict[str, Any] = {
-            "time": datetime.fromtimestamp(record.created, UTC)
-            .isoformat(timespec="milliseconds")
-            .replace("+00:00", "Z"),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
+        entry = base_entry(record)
         for key in CONTEXT_FIELDS:
             value = getattr(record, key, None)
             if value is not None:

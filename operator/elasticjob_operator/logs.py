@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
-from datetime import UTC, datetime
-from typing import IO, Any
+from typing import IO
+
+from elasticjob_agent.protocol.log_lines import base_entry
 
 LOG_FORMATS = ("text", "json")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -23,14 +24,7 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per record (see the module's docstring for its keys)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        entry: dict[str, Any] = {
-            "time": datetime.fromtimestamp(record.created, UTC)
-            .isoformat(timespec="milliseconds")
-            .replace("+00:00", "Z"),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
+        entry = base_entry(record)
         entry.update(_job_of(record))
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)

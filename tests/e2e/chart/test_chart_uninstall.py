@@ -21,7 +21,7 @@ from elasticjob_operator.core.manifests import WORKER_GRACE_SECONDS
 
 from tests.support.paths import CHART, REPO
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.e2e
 
 CRD = "elasticjobs.elasticjob.dev"
 FINALIZER = "elasticjob.dev/operator"

@@ -32,6 +32,11 @@ def release(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> 
 
 @pytest.fixture
 def work(cluster: LocalCluster, release: Release) -> Iterator[str]:
-    """The watched namespace, with every job deleted after each test."""
+    """The watched namespace, with every job and its pods gone after each test: the garbage
+    collector deletes a job's pods after the job, and the next test counts pods per node."""
     yield release.work
     cluster.kubectl("delete", "ej", "--all", "-n", release.work, "--wait=true", check=False)
+    cluster.kubectl(
+        "delete", "pod", "-l", "elasticjob.dev/job-name", "-n", release.work,
+        "--wait=true", "--timeout=180s", check=False, timeout=200,
+    )  # fmt: skip

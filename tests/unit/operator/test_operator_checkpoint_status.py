@@ -18,7 +18,11 @@ from elasticjob_operator.core.checkpoint_status import (
     StepRewind,
 )
 from elasticjob_operator.core.planning.actions import Draft, Event
-from elasticjob_operator.core.planning.checkpoints import merge_checkpoints, rewind
+from elasticjob_operator.core.planning.checkpoints import (
+    merge_checkpoints,
+    rewind,
+    sample_saved_step,
+)
 from elasticjob_operator.core.progress import ProgressState
 from elasticjob_operator.core.status import JobStatus, never_lower
 
@@ -45,11 +49,26 @@ def _agent(
     )
 
 
-def _merge(before: CheckpointStatus, *agents: HealthReport) -> tuple[CheckpointStatus, list[Event]]:
-    draft = Draft(JobStatus(run_id=RUN_ID, checkpoint=before))
-    cluster = Cluster()
-    merge_checkpoints(draft, cluster.observed(reports={a.node: a for a in agents}))
+def _merge(
+    before: CheckpointStatus, *agents: HealthReport, sampled: bool = True
+) -> tuple[CheckpointStatus, list[Event]]:
+    """One step's merge; ``sampled``: the step took a progress sample."""
+    status = JobStatus(run_id=RUN_ID, checkpoint=before, progress=ProgressState(5, T0))
+    draft = Draft(status)
+    observed = Cluster().observed(reports={a.node: a for a in agents})
+    merge_checkpoints(draft, observed)
+    if sampled:
+        draft.status = draft.status.evolve(progress=ProgressState(9, T0 + 10))
+    sample_saved_step(draft, status, observed)
     return draft.status.checkpoint, draft.events
+
+
+def test_the_saved_step_moves_with_the_progress_sample_only() -> None:
+    """A job saving every step must not write its status every step."""
+    held, _ = _merge(CheckpointStatus(last_saved_step=50), _agent("a", saved=60), sampled=False)
+    assert held.last_saved_step == 50
+    first, _ = _merge(CheckpointStatus(), _agent("a", saved=60), sampled=False)
+    assert first.last_saved_step == 60
 
 
 @pytest.mark.parametrize(

@@ -42,7 +42,7 @@ from .actions import (
     Plan,
     WriteSeed,
 )
-from .checkpoints import merge_checkpoints, note_rewind
+from .checkpoints import merge_checkpoints, note_rewind, sample_saved_step
 from .etcd import manage_etcd
 from .policy import note_policy
 from .recoveries import track_recovery
@@ -208,6 +208,7 @@ def _plan(
         stall = no_progress(draft, spec, status, seen, now)
     track_progress(draft, seen, stall, settings.progress_sample, progress.phase_of(job.uid))
     track_recovery(draft, status, observed, now)
+    sample_saved_step(draft, status, observed)
     note_rewind(draft, status)
     if track_stall(draft, spec, stall, now):
         finish(

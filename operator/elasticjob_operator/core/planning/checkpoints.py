@@ -29,15 +29,11 @@ from .actions import Draft
 
 
 def merge_checkpoints(draft: Draft, observed: Observed) -> None:
-    """``lastSavedStep`` (the highest any agent of the run holds now; kept while none says),
-    ``lastRestore`` and ``lastRestoreFailure`` (the newest by round, never an older one), with
-    an Event for each round newer than the stored one."""
-    reports = sorted(
-        (pod, r) for pod, r in observed.reports.items() if r.run_id == draft.status.run_id
-    )
+    """``lastRestore`` and ``lastRestoreFailure`` (the newest by round, never an older one),
+    with an Event for each round newer than the stored one."""
+    reports = _run_reports(draft, observed)
     before = draft.status.checkpoint
-    saved = [r.last_saved_step for _, r in reports if r.last_saved_step is not None]
-    after = replace(before, last_saved_step=max(saved) if saved else before.last_saved_step)
+    after = before
     restore = newest_restore(r for _, r in reports)
     if restore is not None and restore_round(restore) > restore_round(before.last_restore):
         after = replace(after, last_restore=restore)
@@ -52,6 +48,29 @@ def merge_checkpoints(draft: Draft, observed: Observed) -> None:
             f"one exists: {failure[1].reason}",
         )
     draft.status = draft.status.evolve(checkpoint=after)
+
+
+def sample_saved_step(draft: Draft, before: JobStatus, observed: Observed) -> None:
+    """``lastSavedStep``: the highest step any agent of the run holds now (kept while none
+    says), taken with the progress sample only, so that a job saving every step does not
+    write its status every step. Runs after ``track_progress``; the first save is taken at
+    once."""
+    stored = draft.status.checkpoint.last_saved_step
+    if stored is not None and draft.status.progress == before.progress:
+        return
+    saved = [
+        r.last_saved_step for _, r in _run_reports(draft, observed) if r.last_saved_step is not None
+    ]
+    if saved:
+        checkpoint = replace(draft.status.checkpoint, last_saved_step=max(saved))
+        draft.status = draft.status.evolve(checkpoint=checkpoint)
+
+
+def _run_reports(draft: Draft, observed: Observed) -> list[tuple[str, HealthReport]]:
+    """The reports of the job's current run, by pod name."""
+    return sorted(
+        (pod, r) for pod, r in observed.reports.items() if r.run_id == draft.status.run_id
+    )
 
 
 def newest_restore(reports: Iterable[HealthReport]) -> RestoreReport | None:

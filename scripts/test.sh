@@ -50,7 +50,7 @@ localcluster/build.sh --tools-only || exit 1
 ELASTICJOB_ETCD="$(localcluster/images/build.sh --etcd-release)" || exit 1
 export ELASTICJOB_ETCD
 say "integration suites on $("$ELASTICJOB_ETCD" --version | head -1)"
-session unit+integration "$@" tests/unit tests/integration
+session unit+integration --durations=20 "$@" tests/unit tests/integration
 
 # make's own lock on apt and the content caches keep these builds from colliding with anything.
 nice -n 10 make -j3 --output-sync=line builds >"$logs/builds.log" 2>&1

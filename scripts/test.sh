@@ -19,10 +19,13 @@ SECONDS=0
 logs="$(mktemp -d -t elasticjob-test.XXXXXX)"
 say() { echo "test: [$SECONDS s] $*" >&2; }
 
-# The first end-to-end session: the suites on real nodes (the heaviest); the second takes every
-# other directory of tests/e2e. tests/e2e/kubeflow is the benchmark peer's tooling (`make
-# test-peer`: its cold build is long), in neither.
-E2E_SPLIT=(tests/e2e/realnodes tests/e2e/images tests/e2e/chart)
+# The first end-to-end session: the suites on real nodes (the heaviest), then the cluster's,
+# Kueue's and the dashboard's, so that both sessions end at about the same time (the second
+# starts only when the unit and integration suites end); the second takes every other
+# directory of tests/e2e (the operator's). tests/e2e/kubeflow is the benchmark peer's tooling
+# (`make test-peer`: its cold build is long), in neither.
+E2E_SPLIT=(tests/e2e/realnodes tests/e2e/images tests/e2e/chart tests/e2e/cluster tests/e2e/kueue
+  tests/e2e/observability)
 E2E_SKIP=(tests/e2e/kubeflow)
 
 pids=()

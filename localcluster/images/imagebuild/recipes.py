@@ -214,6 +214,7 @@ def operator_build(ctx: Context) -> None:
 TRAINING_SOURCES = (
     "examples/training-image/Dockerfile",
     "examples/train.py",
+    "examples/train_dcp.py",
     "examples/train-text.txt",
     "pyproject.toml",
     "README.md",
@@ -269,7 +270,7 @@ def training_build(ctx: Context) -> None:
         REPO / "examples" / "training-image" / "Dockerfile",
         context / "training-image" / "Dockerfile",
     )
-    for name in ("train.py", "train-text.txt"):
+    for name in ("train.py", "train_dcp.py", "train-text.txt"):
         shutil.copy2(REPO / "examples" / name, context / name)
     build_wheel(context / "training-image" / "wheels")
     podman_build(

@@ -62,7 +62,7 @@ from tests.support.training_log import (
 pytestmark = pytest.mark.e2e
 
 NAME = "train-demo"
-STEPS = 1200
+STEPS = 2000
 """Long enough to train on through both changes (a few steps a second on 2 shared cores)."""
 DCP_NAME = "train-dcp"
 DCP_STEPS = 500

@@ -63,7 +63,7 @@ pytestmark = pytest.mark.e2e
 
 NAME = "train-demo"
 STEPS = 2000
-"""Long enough to train on through both changes (a few steps a second on 2 shared cores)."""
+"""Long enough to train on through the three changes (a few steps a second on 2 shared cores)."""
 DCP_NAME = "train-dcp"
 DCP_STEPS = 500
 DCP_RESUMED = re.compile(r"resumed from step=(\d+) rank=\d+ world_size=2 saved_world_size=4")

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -92,12 +93,17 @@ def _until(
     return wait_job(cluster, ns, name, what, check, timeout=420)
 
 
-def _saved_by(world: int) -> Callable[[dict[str, Any]], bool]:
-    """The job runs ``world`` ranks and holds a step they saved (not only one they restored)."""
+def _saved_by(world: int, since: float) -> Callable[[dict[str, Any]], bool]:
+    """The job runs ``world`` ranks and holds a step they saved (not only one they restored).
+    ``lastSavedStep`` moves with the progress sample only (every 30 s at most): a sample from
+    before ``since`` (when the restore into this world was seen) may still show a step of the
+    world before."""
 
     def saved(job: dict[str, Any]) -> bool:
+        sampled = float(((job.get("status") or {}).get("progress") or {}).get("sampledAt") or 0)
         return (
             world_size(job) == world
+            and sampled > since
             and last_saved(job) >= 10
             and last_saved(job) > int(last_restore(job).get("step", -1))
         )
@@ -106,12 +112,15 @@ def _saved_by(world: int) -> Callable[[dict[str, Any]], bool]:
 
 
 def _resize(
-    cluster: LocalCluster, ns: str, replicas: int, saved_world: int, new_world: int
-) -> dict[str, Any]:
-    """Once the current world (``saved_world`` ranks) holds a checkpoint of its own, scale to
-    ``replicas`` and wait for the restore into ``new_world`` ranks; its ``lastRestore``."""
+    cluster: LocalCluster, ns: str, *, replicas: int, saved_world: int, new_world: int, since: float
+) -> tuple[dict[str, Any], float]:
+    """Once the current world (``saved_world`` ranks, formed before ``since``) holds a
+    checkpoint of its own, scale to ``replicas`` and wait for the restore into ``new_world``
+    ranks; its ``lastRestore`` and when it was seen."""
     before = last_restore(_until(cluster, ns, "a running job", lambda j: True))
-    job = _until(cluster, ns, f"a checkpoint saved by {saved_world} ranks", _saved_by(saved_world))
+    job = _until(
+        cluster, ns, f"a checkpoint saved by {saved_world} ranks", _saved_by(saved_world, since)
+    )
     saved = last_saved(job)
     cluster.kubectl("scale", f"ej/{NAME}", "-n", ns, f"--replicas={replicas}")
     job = _until(
@@ -123,12 +132,13 @@ def _resize(
             and last_restore(j).get("round") != before.get("round")
         ),
     )
+    seen = time.time()
     restore = last_restore(job)
     evidence = f"read lastSavedStep {saved} before the scale; status: {job.get('status')}"
     assert restore["savedWorldSize"] == saved_world, evidence
     assert restore["step"] >= saved, evidence
     assert restore["source"] in ("memory", "peer", "disk"), evidence
-    return restore
+    return restore, seen
 
 
 def _change(changes: list[Change], old: int, new: int, step: int, log: str) -> Change:
@@ -157,9 +167,9 @@ def test_the_main_example_keeps_its_training_scaled_from_2_to_3_nodes_and_back_t
     every = int(trainer_flag(manifest, "--checkpoint-every"))
     apply_job(cluster, work, manifest)
 
-    up = _resize(cluster, work, replicas=3, saved_world=4, new_world=6)
-    down = _resize(cluster, work, replicas=2, saved_world=6, new_world=4)
-    alone = _resize(cluster, work, replicas=1, saved_world=4, new_world=2)
+    up, seen = _resize(cluster, work, replicas=3, saved_world=4, new_world=6, since=0)
+    down, seen = _resize(cluster, work, replicas=2, saved_world=6, new_world=4, since=seen)
+    alone, _ = _resize(cluster, work, replicas=1, saved_world=4, new_world=2, since=seen)
 
     final = wait_job(
         cluster, work, NAME, "Succeeded", lambda j: phase(j) in ("Succeeded", "Failed"), timeout=900
@@ -195,7 +205,7 @@ def test_the_dcp_example_reshards_its_checkpoint_when_scaled_down(
     manifest = example("elasticjob-dcp.yaml", DCP_STEPS)
     every = int(trainer_flag(manifest, "--checkpoint-every"))
     apply_job(cluster, work, manifest)
-    job = _until(cluster, work, "a checkpoint saved by 4 ranks", _saved_by(4), name=DCP_NAME)
+    job = _until(cluster, work, "a checkpoint saved by 4 ranks", _saved_by(4, 0), name=DCP_NAME)
     saved = last_saved(job)
     cluster.kubectl("scale", f"ej/{DCP_NAME}", "-n", work, "--replicas=1")
     pod = f"{DCP_NAME}-worker-0-0"

@@ -91,7 +91,7 @@ read -r -a base_args <<<"${BUILD_OPTS:-}"
 "$engine" build --tag "$operator_ref" "${base_args[@]}" .
 context="$stage/training-context"
 mkdir -p "$context/training-image/wheels"
-cp examples/train.py "$context/"
+cp examples/train.py examples/train_dcp.py examples/train-text.txt "$context/"
 cp examples/training-image/Dockerfile "$context/training-image/"
 cp "$wheel" "$context/training-image/wheels/"
 read -r -a base_args <<<"${BUILD_OPTS:-}"

@@ -214,6 +214,8 @@ def operator_build(ctx: Context) -> None:
 TRAINING_SOURCES = (
     "examples/training-image/Dockerfile",
     "examples/train.py",
+    "examples/train_dcp.py",
+    "examples/train-text.txt",
     "pyproject.toml",
     "README.md",
     "agent",
@@ -268,7 +270,8 @@ def training_build(ctx: Context) -> None:
         REPO / "examples" / "training-image" / "Dockerfile",
         context / "training-image" / "Dockerfile",
     )
-    shutil.copy2(REPO / "examples" / "train.py", context / "train.py")
+    for name in ("train.py", "train_dcp.py", "train-text.txt"):
+        shutil.copy2(REPO / "examples" / name, context / name)
     build_wheel(context / "training-image" / "wheels")
     podman_build(
         ctx,

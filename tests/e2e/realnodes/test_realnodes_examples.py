@@ -39,6 +39,7 @@ pytestmark = pytest.mark.e2e
 EXAMPLES = REPO / "examples"
 RUN_HERE = {
     "elasticjob.yaml",
+    "elasticjob-dcp.yaml",
     "elasticjob-cpu.yaml",
     "elasticjob-external-etcd.yaml",
     "elasticjob-suspended.yaml",
@@ -165,6 +166,15 @@ def test_the_main_example_succeeds_on_real_nodes(
     cluster: LocalCluster, watched: str, tmp_path: Path
 ) -> None:
     job = _apply_example(cluster, watched, "elasticjob.yaml", tmp_path)["metadata"]["name"]
+    final = _succeeds(cluster, watched, job)
+    assert final["status"]["restarts"]["failures"] == 0, final["status"]
+
+
+def test_the_dcp_example_succeeds_on_real_nodes(
+    cluster: LocalCluster, watched: str, tmp_path: Path
+) -> None:
+    # Its resize (2 nodes to 1, the checkpoint resharded) is test_realnodes_resize.py's.
+    job = _apply_example(cluster, watched, "elasticjob-dcp.yaml", tmp_path)["metadata"]["name"]
     final = _succeeds(cluster, watched, job)
     assert final["status"]["restarts"]["failures"] == 0, final["status"]
 

@@ -5,6 +5,7 @@ evidence of the same failure corrects a cause already stored.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -57,6 +58,34 @@ def note_cause(
     return decided.cause, tuple(refused)
 
 
+_IPV4 = re.compile(r"(?<![\d.])(\d{1,3}(?:\.\d{1,3}){3})(?![\d.])")
+MAX_SUSPECT_TEXT = 4096
+"""Characters of a symptom's text searched for a peer's address."""
+
+
+def suspect(cause: Cause | None, observed: Observed) -> str | None:
+    """The pod a survivor's symptom points at, as ``pod X (node Y)``: the one other worker pod
+    of the job whose IP the error names (gloo's ``Read error [10.100.1.3]:47024: Connection
+    reset by peer``); ``None`` when the headline is not a symptom, or names no such pod or
+    more than one."""
+    if cause is None or cause.headline.tier is not Tier.SYMPTOM:
+        return None
+    failure = cause.headline.failure
+    if failure is None:
+        return None
+    text = " ".join(t for t in (failure.message, failure.output_tail) if t)
+    addresses = set(_IPV4.findall(text[:MAX_SUSPECT_TEXT]))
+    peers = [
+        p
+        for p in observed.workers
+        if p.ip is not None and p.ip in addresses and p.name != cause.headline.pod
+    ]
+    if len(peers) != 1:
+        return None
+    (peer,) = peers
+    return f"pod {peer.name}" + ("" if peer.node is None else f" (node {peer.node})")
+
+
 def _placed(failure: WorkerFailure, pod: str, node: str | None) -> WorkerFailure:
     """The record with its pod (the reporter's, when the agent did not say) and the Kubernetes
     node the operator knows the pod runs on."""
@@ -65,11 +94,17 @@ def _placed(failure: WorkerFailure, pod: str, node: str | None) -> WorkerFailure
 
 def sightings(observed: Observed, status: JobStatus, now: float) -> list[Evidence]:
     """What the operator sees for itself of the pods that were in the group (their agent
-    joined a round) and of the job's etcd, dated as precisely as Kubernetes tells."""
+    joined a round) and of the job's etcd, dated as precisely as Kubernetes tells; before the
+    group first formed, also an image that cannot be pulled (the job cannot start: that is
+    its failure)."""
     found: list[Evidence] = []
     for pod in observed.workers:
         if pod.joined and pod.phase is not PodPhase.SUCCEEDED:
             item = _sighting(pod, observed.lost_nodes, now)
+            if item is not None:
+                found.append(replace(item, round=status.round))
+        elif not pod.joined and status.round == 0 and _image_not_pulled(pod):
+            item = _sighting(pod, frozenset(), now)
             if item is not None:
                 found.append(replace(item, round=status.round))
     stall = status.stall
@@ -105,9 +140,13 @@ def _sighting(pod: PodView, lost_nodes: frozenset[str], now: float) -> Evidence 
         return seen(CauseKind.POD_PREEMPTED, pod.deleted_at)
     if pod.evicted or pod.disruption is not None:
         return seen(CauseKind.POD_EVICTED, pod.deleted_at or pod.finished_at, pod.disruption)
-    if pod.start_failure is not None and pod.start_failure.reason in IMAGE_PULL_REASONS:
+    if _image_not_pulled(pod) and pod.start_failure is not None:
         failure = pod.start_failure
         return seen(CauseKind.IMAGE_NOT_PULLED, None, f"{failure.reason}: {failure.message}")
     if pod.deleting and not pod.terminal:
         return seen(CauseKind.POD_DELETED, pod.deleted_at)
     return None
+
+
+def _image_not_pulled(pod: PodView) -> bool:
+    return pod.start_failure is not None and pod.start_failure.reason in IMAGE_PULL_REASONS

@@ -10,7 +10,7 @@ from elasticjob_agent.protocol.restarts import RestartReason
 from .. import restarts, spares
 from ..observed import Observed, current_workers
 from .actions import Draft, MarkJoined, MarkStoodBy
-from .causes import note_cause
+from .causes import note_cause, suspect
 
 # Restarts whose agent recorded a root cause (a failed worker, an expired timer, no progress).
 _HAS_ROOT_CAUSE = frozenset(
@@ -44,7 +44,7 @@ def merge_reports(draft: Draft, observed: Observed, now: float, window: float) -
         if added > 0:
             cause = ""
             if reason in _HAS_ROOT_CAUSE and failure is not None:
-                cause = f"; {failure.quoted()}"
+                cause = f"; {failure.quoted(suspect=suspect(failure, observed))}"
             elif reason == RestartReason.HANG.value:
                 cause = "; no rank advanced for progressTimeoutSeconds"
             draft.event(

@@ -244,3 +244,37 @@ def test_the_failed_condition_names_the_node_and_pod_of_the_last_cause() -> None
         f"last root cause: rank 1 on pod {W1} (node real-1) exited with code 1: "
         "ValueError: loss is nan"
     ), failed
+
+
+def test_a_pod_deleted_by_someone_else_is_a_failure_by_itself() -> None:
+    """A graceful delete: the agents may re-form without any worker failing (no record), yet
+    the group lost a member: the deletion is the cause."""
+    cluster = Cluster()
+    status = _placed(cluster)
+    cluster.set(W1, deleting=True, deleted_at=T0 + 3)
+    result = step(cluster, status, job_spec(), T0 + 5, etcd_reachable=True)
+    stored = result.status.last_failure
+    assert stored is not None
+    assert (stored["kind"], stored["node"], stored["pod"]) == ("PodDeleted", NODES[W1], W1)
+
+
+@pytest.mark.parametrize(
+    ("how", "changes"),
+    [
+        ("scaled away", {"spec": {"replicas": 1}}),
+        ("replaced (an older attempt)", {"attempts": {1: 1}}),
+        ("suspended", {"phase": Phase.SUSPENDED}),
+    ],
+)
+def test_a_pod_the_operator_deletes_itself_is_no_failure(how: str, changes: dict[str, Any]) -> None:
+    cluster = Cluster()
+    status = _placed(cluster)
+    cluster.set(W1, deleting=True, deleted_at=T0 + 3)
+    spec = job_spec(**changes.get("spec", {}))
+    if "attempts" in changes:
+        status = status.evolve(attempts=changes["attempts"])
+    if "phase" in changes:
+        status = status.evolve(phase=changes["phase"])
+        spec = job_spec(runPolicy={"suspend": True})
+    result = step(cluster, status, spec, T0 + 5, etcd_reachable=True)
+    assert result.status.last_failure is None, how

@@ -15,7 +15,7 @@ from .. import root_cause
 from ..evidence import Cause, CauseKind, Evidence, Tier
 from ..observed import IMAGE_PULL_REASONS, Observed, PodPhase, PodView, current_etcd
 from ..stall import StallReason
-from ..status import JobStatus
+from ..status import JobStatus, Phase
 from .actions import Draft
 
 PREEMPTED = frozenset({"PreemptionByScheduler", "PreemptionByKubeScheduler"})
@@ -30,10 +30,13 @@ def note_cause(
     records: Sequence[tuple[str, WorkerFailure]],
     now: float,
     window: float,
+    *,
+    worker_pods: int | None = None,
 ) -> tuple[Cause | None, tuple[str, ...]]:
     """Store the job's root cause from the agents' ``records`` (``(reporting pod, record)`` of
     this run) and what ``observed`` shows; returns it (the stored one when nothing changed) and
-    why any record was refused. A correction of the stored cause to a real cause (not another
+    why any record was refused (``worker_pods``: the group's pods by the spec, see
+    ``sightings``). A correction of the stored cause to a real cause (not another
     symptom) posts a Warning Event ``RootCause``."""
     nodes = {p.name: p.node for p in observed.workers}
     reported = [
@@ -42,7 +45,9 @@ def note_cause(
     ]
     kept, refused = root_cause.vet(reported, nodes.keys(), now)
     stored = root_cause.parse_stored(draft.status.last_failure)
-    decided = root_cause.update(stored, kept, sightings(observed, draft.status, now), window=window)
+    decided = root_cause.update(
+        stored, kept, sightings(observed, draft.status, now, worker_pods), window=window
+    )
     if decided.cause is None:
         return stored, tuple(refused)
     draft.status = draft.status.evolve(last_failure=decided.cause.to_json())
@@ -92,15 +97,29 @@ def _placed(failure: WorkerFailure, pod: str, node: str | None) -> WorkerFailure
     return replace(failure, pod=failure.pod or pod, node=node or failure.node)
 
 
-def sightings(observed: Observed, status: JobStatus, now: float) -> list[Evidence]:
+def sightings(
+    observed: Observed, status: JobStatus, now: float, worker_pods: int | None = None
+) -> list[Evidence]:
     """What the operator sees for itself of the pods that were in the group (their agent
     joined a round) and of the job's etcd, dated as precisely as Kubernetes tells; before the
     group first formed, also an image that cannot be pulled (the job cannot start: that is
-    its failure)."""
+    its failure).
+
+    A pod being deleted is ``PodDeleted`` when the operator did not ask for it: the pod is its
+    replica's current attempt, within ``worker_pods`` (not scaled away) and the job is not
+    suspended; a deletion the operator asked for is no evidence (``None``: ``worker_pods``
+    unknown, every deletion is)."""
     found: list[Evidence] = []
     for pod in observed.workers:
         if pod.joined and pod.phase is not PodPhase.SUCCEEDED:
             item = _sighting(pod, observed.lost_nodes, now)
+            if (
+                item is not None
+                and item.kind == CauseKind.POD_DELETED
+                and worker_pods is not None
+                and _deleted_by_the_operator(pod, status, worker_pods)
+            ):
+                item = None
             if item is not None:
                 found.append(replace(item, round=status.round))
         elif not pod.joined and status.round == 0 and _image_not_pulled(pod):
@@ -150,3 +169,10 @@ def _sighting(pod: PodView, lost_nodes: frozenset[str], now: float) -> Evidence 
 
 def _image_not_pulled(pod: PodView) -> bool:
     return pod.start_failure is not None and pod.start_failure.reason in IMAGE_PULL_REASONS
+
+
+def _deleted_by_the_operator(pod: PodView, status: JobStatus, worker_pods: int) -> bool:
+    """Whether the operator deletes ``pod`` itself: replaced (an older attempt), scaled away,
+    or the job suspended (``planning.workers``, ``planning.suspend``)."""
+    superseded = pod.attempt < status.attempts.get(pod.index, 0)
+    return superseded or pod.index >= worker_pods or status.phase is Phase.SUSPENDED

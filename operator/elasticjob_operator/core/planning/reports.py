@@ -18,9 +18,12 @@ _HAS_ROOT_CAUSE = frozenset(
 )
 
 
-def merge_reports(draft: Draft, observed: Observed, now: float, window: float) -> None:
+def merge_reports(
+    draft: Draft, observed: Observed, now: float, window: float, *, worker_pods: int | None = None
+) -> None:
     """Restart counts and the root cause the agents report (``causes.note_cause``, ranked with
-    what the operator sees within ``window``), with a ``Restarted`` Event per counted reason."""
+    what the operator sees within ``window``; ``worker_pods``: the spec's), with a
+    ``Restarted`` Event per counted reason."""
     before = draft.status.restarts
     current = current_workers(observed.workers, draft.status.attempts)
     merged = restarts.merge_reports(
@@ -37,7 +40,7 @@ def merge_reports(draft: Draft, observed: Observed, now: float, window: float) -
     # An agent that exited (the budget spent) may never be polled with its last report, but the
     # kubelet keeps the record in its termination message.
     records += [(p.name, p.last_failure) for p in current.values() if p.last_failure is not None]
-    failure, refused = note_cause(draft, observed, records, now, window)
+    failure, refused = note_cause(draft, observed, records, now, window, worker_pods=worker_pods)
     draft.refused_evidence.extend(refused)
     for reason in sorted(merged):
         added = merged[reason] - before.get(reason, 0)

@@ -278,3 +278,25 @@ def test_a_pod_the_operator_deletes_itself_is_no_failure(how: str, changes: dict
         spec = job_spec(runPolicy={"suspend": True})
     result = step(cluster, status, spec, T0 + 5, etcd_reachable=True)
     assert result.status.last_failure is None, how
+
+
+def test_an_etcd_pod_that_ended_is_named_in_the_step_it_is_replaced() -> None:
+    """Its container killed: the operator replaces the pod at once (the next generation), so
+    the lost pod is named while it is still there, not the new generation's."""
+    cluster = Cluster()
+    status = _placed(cluster)
+    (etcd,) = cluster.etcd()
+    assert status.etcd.ready_generation == status.etcd.generation == 0
+    cluster.set(etcd.name, phase=PodPhase.FAILED, exit_code=137, finished_at=T0 + 3)
+    result = step(cluster, status, job_spec(), T0 + 5, etcd_reachable=False)
+    assert result.status.etcd.generation == 1  # replaced in this step
+    stored = result.status.last_failure
+    assert stored is not None
+    assert (stored["kind"], stored["node"], stored["pod"]) == ("EtcdLost", etcd.node, etcd.name)
+    # The stall that follows, named by the new generation, does not take the headline.
+    later = result.status.evolve(
+        stall=StallState("EtcdUnavailable", "etcd unreachable for 4 s", T0 + 6)
+    )
+    after = step(cluster, later, job_spec(), T0 + 8, etcd_reachable=False)
+    stored = after.status.last_failure
+    assert stored is not None and stored["pod"] == etcd.name, stored

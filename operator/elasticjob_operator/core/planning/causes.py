@@ -126,14 +126,45 @@ def sightings(
             item = _sighting(pod, frozenset(), now)
             if item is not None:
                 found.append(replace(item, round=status.round))
+    found += _etcd_sightings(observed, status, now)
+    return found
+
+
+def _etcd_sightings(observed: Observed, status: JobStatus, now: float) -> list[Evidence]:
+    """The job's managed etcd lost: the pod of a generation that was up ended, is being
+    deleted or is on a lost node (seen in the step the operator replaces it, while the pod is
+    still there to name), or the job stalled with ``EtcdUnavailable`` after its etcd was up
+    (named by the pod of the generation that was up, while it exists)."""
+    found: list[Evidence] = []
+    state = status.etcd
+    up = {p.index: p for p in observed.etcd_pods}.get(state.ready_generation)
+    if up is not None and state.ready_generation == state.generation:
+        how = (
+            "its pod ended" if up.terminal
+            else "its pod is being deleted" if up.deleting
+            else f"its node {up.node} is lost" if up.node in observed.lost_nodes
+            else None
+        )  # fmt: skip
+        if how is not None:
+            at = up.finished_at or up.deleted_at or now
+            found.append(
+                Evidence(
+                    kind=CauseKind.ETCD_LOST,
+                    at=at,
+                    node=up.node,
+                    pod=up.name,
+                    message=how,
+                    round=status.round,
+                )
+            )
     stall = status.stall
-    was_up = status.etcd.ready_generation >= 0  # an etcd that never came up was never lost
+    was_up = state.ready_generation >= 0  # an etcd that never came up was never lost
     if stall is not None and stall.reason == StallReason.ETCD_UNAVAILABLE and was_up:
-        etcd = current_etcd(observed.etcd_pods, status.etcd.generation)
+        etcd = up or current_etcd(observed.etcd_pods, state.generation)
         found.append(
             Evidence(
                 kind=CauseKind.ETCD_LOST,
-                at=status.etcd.unreachable_since or stall.since,
+                at=state.unreachable_since or stall.since,
                 node=None if etcd is None else etcd.node,
                 pod=None if etcd is None else etcd.name,
                 message=stall.message,

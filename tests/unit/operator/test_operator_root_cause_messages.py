@@ -300,3 +300,55 @@ def test_an_etcd_pod_that_ended_is_named_in_the_step_it_is_replaced() -> None:
     after = step(cluster, later, job_spec(), T0 + 8, etcd_reachable=False)
     stored = after.status.last_failure
     assert stored is not None and stored["pod"] == etcd.name, stored
+
+
+def test_a_cause_known_only_after_the_restart_was_counted_gets_its_own_event() -> None:
+    """The survivor's agent counts the restart first, with no record yet; the record of the
+    rank that raised comes one poll later: a RootCause Event names it then, once."""
+    cluster = Cluster()
+    status = _placed(cluster)
+    counted = step(
+        cluster,
+        status,
+        job_spec(),
+        T0 + 5,
+        etcd_reachable=True,
+        reports={W0: report(W0, restarts={"failure": 1})},
+    )
+    (restarted,) = [e.message for e in counted.events if e.reason == "Restarted"]
+    assert "root cause" not in restarted and counted.status.last_failure is None
+    raised = replace(OWN, exit_code=1, exception_type="ValueError", message="loss is nan")
+    reports = {
+        W0: report(W0, restarts={"failure": 1}),
+        W1: replace(report(W1, restarts={"failure": 1}), last_failure=raised),
+    }
+    known = step(cluster, counted.status, job_spec(), T0 + 6, etcd_reachable=True, reports=reports)
+    (event,) = [e for e in known.events if e.reason == "RootCause"]
+    assert event.type == "Warning" and event.message == (
+        f"root cause: rank 1 on pod {W1} (node real-1) exited with code 1: ValueError: loss is "
+        "nan (round 1)"
+    )
+    again = step(cluster, known.status, job_spec(), T0 + 7, etcd_reachable=True, reports=reports)
+    assert not [e for e in again.events if e.reason == "RootCause"]
+
+
+def test_a_cause_seen_with_no_restart_of_a_failure_gets_its_own_event() -> None:
+    cluster = Cluster()
+    status = _placed(cluster)
+    cluster.set(W1, phase=PodPhase.FAILED, exit_code=137, oom_killed=True, finished_at=T0 + 3)
+    result = step(cluster, status, job_spec(), T0 + 5, etcd_reachable=True)
+    (event,) = [e.message for e in result.events if e.reason == "RootCause"]
+    assert event == f"root cause: pod {W1} OOMKilled (node real-1) (round 0)"
+
+
+def test_an_earlier_failures_cause_is_not_quoted_for_a_later_restart() -> None:
+    cluster = Cluster()
+    status = _placed(cluster)
+    raised = replace(OWN, exit_code=1, exception_type="ValueError", message="loss is nan")
+    reports = {W1: replace(report(W1, restarts={"failure": 1}), last_failure=raised)}
+    first = step(cluster, status, job_spec(), T0 + 5, etcd_reachable=True, reports=reports)
+    assert first.status.last_failure is not None
+    later = {W0: report(W0, restarts={"failure": 2})}
+    result = step(cluster, first.status, job_spec(), T0 + 600, etcd_reachable=True, reports=later)
+    (restarted,) = [e.message for e in result.events if e.reason == "Restarted"]
+    assert "root cause" not in restarted, restarted

@@ -32,12 +32,13 @@ def note_cause(
     window: float,
     *,
     worker_pods: int | None = None,
-) -> tuple[Cause | None, tuple[str, ...]]:
+) -> tuple[Cause | None, tuple[str, ...], bool]:
     """Store the job's root cause from the agents' ``records`` (``(reporting pod, record)`` of
-    this run) and what ``observed`` shows; returns it (the stored one when nothing changed) and
+    this run) and what ``observed`` shows; returns it (the stored one when nothing changed),
     why any record was refused (``worker_pods``: the group's pods by the spec, see
-    ``sightings``). A correction of the stored cause to a real cause (not another
-    symptom) posts a Warning Event ``RootCause``."""
+    ``sightings``) and whether it is a new failure's cause, stored in this step (the caller
+    posts it when no ``Restarted`` Event quotes it). A correction of the stored cause to a real
+    cause (not another symptom) posts a Warning Event ``RootCause``."""
     nodes = {p.name: p.node for p in observed.workers}
     reported = [
         (pod, Evidence.of_failure(_placed(f, pod, nodes.get(pod)), node=nodes.get(pod)))
@@ -49,7 +50,7 @@ def note_cause(
         stored, kept, sightings(observed, draft.status, now, worker_pods), window=window
     )
     if decided.cause is None:
-        return stored, tuple(refused)
+        return stored, tuple(refused), False
     draft.status = draft.status.evolve(last_failure=decided.cause.to_json())
     if decided.corrected is not None and decided.cause.headline.tier is not Tier.SYMPTOM:
         round_ = decided.cause.round
@@ -60,7 +61,22 @@ def note_cause(
             + ("" if round_ is None else f" (round {round_})")
             + f"; first reported: {decided.corrected.summary()}",
         )
-    return decided.cause, tuple(refused)
+    news = decided.corrected is None and (
+        stored is None or stored.headline.identity() != decided.cause.headline.identity()
+    )
+    return decided.cause, tuple(refused), news
+
+
+def post_new_cause(draft: Draft, cause: Cause) -> None:
+    """A Warning Event ``RootCause`` naming a new failure's cause (not a survivor's symptom:
+    its correction posts one), for a step in which no ``Restarted`` Event quotes it: the
+    restart was counted before the cause was known, or was not a failure's."""
+    if cause.headline.tier is Tier.SYMPTOM:
+        return
+    round_ = cause.round
+    draft.event(
+        "Warning", "RootCause", cause.quoted() + ("" if round_ is None else f" (round {round_})")
+    )
 
 
 _IPV4 = re.compile(r"(?<![\d.])(\d{1,3}(?:\.\d{1,3}){3})(?![\d.])")

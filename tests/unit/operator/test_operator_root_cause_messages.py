@@ -352,3 +352,21 @@ def test_an_earlier_failures_cause_is_not_quoted_for_a_later_restart() -> None:
     result = step(cluster, first.status, job_spec(), T0 + 600, etcd_reachable=True, reports=later)
     (restarted,) = [e.message for e in result.events if e.reason == "Restarted"]
     assert "root cause" not in restarted, restarted
+
+
+def test_an_agent_that_alone_cannot_reach_etcd_is_no_loss_of_etcd() -> None:
+    """Every rank raised; one agent, starved, did not reach etcd for a few seconds and the job
+    stalled for it, while the operator's probe reached etcd: the ranks' failure is the cause."""
+    cluster = Cluster()
+    status = _placed(cluster).evolve(
+        stall=StallState("EtcdUnavailable", "1 agent(s) cannot reach etcd (for 6 s)", T0 + 2)
+    )
+    raised = replace(OWN, exit_code=1, exception_type="RuntimeError", message="injected")
+    reports = {
+        W0: replace(report(W0, restarts={"failure": 1}, etcd_reachable=False), last_failure=None),
+        W1: replace(report(W1, restarts={"failure": 1}), last_failure=raised),
+    }
+    result = step(cluster, status, job_spec(), T0 + 5, etcd_reachable=True, reports=reports)
+    stored = result.status.last_failure
+    assert stored is not None and (stored["kind"], stored["pod"]) == ("WorkerFailed", W1), stored
+    assert "EtcdLost" not in [e["kind"] for e in stored["secondary"]]

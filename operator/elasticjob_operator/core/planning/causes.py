@@ -149,8 +149,9 @@ def sightings(
 def _etcd_sightings(observed: Observed, status: JobStatus, now: float) -> list[Evidence]:
     """The job's managed etcd lost: the pod of a generation that was up ended, is being
     deleted or is on a lost node (seen in the step the operator replaces it, while the pod is
-    still there to name), or the job stalled with ``EtcdUnavailable`` after its etcd was up
-    (named by the pod of the generation that was up, while it exists)."""
+    still there to name), or the job stalled with ``EtcdUnavailable`` after its etcd was up and
+    nobody reaches it in this step (named by the pod of the generation that was up, while it
+    exists)."""
     found: list[Evidence] = []
     state = status.etcd
     up = {p.index: p for p in observed.etcd_pods}.get(state.ready_generation)
@@ -175,7 +176,17 @@ def _etcd_sightings(observed: Observed, status: JobStatus, now: float) -> list[E
             )
     stall = status.stall
     was_up = state.ready_generation >= 0  # an etcd that never came up was never lost
-    if stall is not None and stall.reason == StallReason.ETCD_UNAVAILABLE and was_up:
+    # An agent that cannot reach etcd while the operator's probe or another agent does is
+    # no loss of etcd (a starved agent, its own network): its stall names no cause.
+    nobody_reaches = observed.etcd_reachable is not True and not observed.agent_reaches_etcd(
+        status.run_id
+    )
+    if (
+        stall is not None
+        and stall.reason == StallReason.ETCD_UNAVAILABLE
+        and was_up
+        and nobody_reaches
+    ):
         etcd = up or current_etcd(observed.etcd_pods, state.generation)
         found.append(
             Evidence(

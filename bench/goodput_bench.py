@@ -31,7 +31,10 @@ Per fault: ``recovery_s`` from the fault to the first step done by the group tha
 it; ``steps_lost``, done before the fault and done again; ``restarts_reported`` by the system
 (ElasticJob: ``status.restarts.total``; PyTorchJob: its ``PyTorchJobRestarting`` Events, the only
 count it keeps) beside ``groups``, the groups seen starting (what happened). Per run: goodput =
-useful step time / wall time from the first start to the end of the run.
+useful step time / wall time from the first start to the end of the run. Beside each ElasticJob
+row, what the job's own ``status.lastRecovery`` says of the fault (``status_recovery_s``,
+``status_steps_lost``) and whether it agrees with the bench's figures (``status_agrees``:
+seconds within 10 %, steps lost within one step or 10 %); the table's note shows them.
 
 Usage (starts its own cluster of 4 real nodes unless ELASTICJOB_BENCH_CLUSTER names a running
 one with at least 4; installs both operators; cleans up)::
@@ -54,7 +57,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,6 +84,13 @@ from goodput_measure import (  # noqa: E402
     parse_progress,
     row,
     table,
+)
+from goodput_status import (  # noqa: E402
+    STATUS_KEYS,
+    STATUS_SKEW,
+    STATUS_WAIT,
+    status_columns,
+    status_note,
 )
 
 FAULTS = ("process-kill", "pod-delete", "node-loss", "store-loss")
@@ -334,6 +344,7 @@ class Bench:
 
             self._wait(f"{name}: the first step", lambda: last_step(progress()) is not None, 600)
             measured: list[tuple[str, float, int | None]] = []  # fault, time, restarts before
+            recoveries: list[Mapping[str, Any] | None] = []  # status.lastRecovery per fault
             end: float | None = None
             for index, fault in enumerate(faults):
                 # Every fault hits a whole group (an elastic job may train on one node first).
@@ -358,6 +369,11 @@ class Bench:
                 at, victim_node = self.inject(candidate, name, fault)
                 measured.append((fault, at, before))
                 cost = self._await_recovery(progress, at)
+                recoveries.append(
+                    self.status_recovery(name, at)
+                    if candidate.kind != PEER and cost.recovery_s is not None
+                    else None
+                )
                 if fault == "node-loss" and victim_node:
                     self.cluster.restore_node(victim_node)
                     self._wait(
@@ -396,12 +412,31 @@ class Bench:
                     if cost.recovery_s is not None
                     else f"not back within {self.settings.recovery_timeout:.0f} s"
                 )
+                if candidate.kind != PEER:
+                    rows[-1].update(status_columns(cost, recoveries[i]))
+                    parts = (status_note(rows[-1]), rows[-1]["_note"])
+                    rows[-1]["_note"] = "; ".join(p for p in parts if p)
             for fault in faults[len(measured) :]:
                 rows.append(row(label, candidate.spares, f"long:{fault}", None, None, run_goodput))
                 rows[-1]["_note"] = "not injected: the job never came back from the one before"
             return rows
         finally:
             self.cleanup(kind, name, host_dir)
+
+    def status_recovery(self, name: str, at: float) -> Mapping[str, Any] | None:
+        """The job's ``status.lastRecovery`` of the fault at ``at`` (its ``faultAt`` no
+        earlier than ``STATUS_SKEW`` before it), read until it shows or ``STATUS_WAIT`` passes."""
+        deadline = time.monotonic() + STATUS_WAIT
+        while True:
+            job = self.get("elasticjob", name, "-n", NAMESPACE)
+            last = (job.get("status") or {}).get("lastRecovery")
+            if isinstance(last, Mapping):
+                fault_at = last.get("faultAt")
+                if isinstance(fault_at, int | float) and fault_at >= at - STATUS_SKEW:
+                    return dict(last)
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(1)
 
     def _await_recovery(self, progress: Callable[[], list[Progress]], at: float) -> FaultCost:
         """Until the group after the fault did ``settle_steps`` steps, or the deadline."""
@@ -744,6 +779,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                                     rows.append(r)
     finally:
         tear_down(cluster, system, own)
+    for r in rows:
+        for key in STATUS_KEYS:
+            r.setdefault(key, None)
     public = [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows]
     print()
     print(

@@ -12,7 +12,7 @@ pulled, the job's etcd lost. ``root_cause.rank`` orders them; the winner is the 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import IntEnum, StrEnum
 from typing import Any
 
@@ -143,7 +143,7 @@ class Evidence:
         if self.text is not None:
             return self.text
         if self.failure is not None:
-            return self.failure.summary()
+            return _worker_summary(self.failure, self.pod, self.node)
         pod, node = self.pod or "?", self.node or "?"
         if self.kind == CauseKind.NODE_LOST:
             text = f"node {node} lost (pod {pod})"
@@ -222,11 +222,16 @@ class Cause:
     def summary(self) -> str:
         return self.headline.summary()
 
-    def quoted(self, label: str = "root cause") -> str:
+    def quoted(self, label: str = "root cause", *, suspect: str | None = None) -> str:
         """The headline as Events and conditions quote it: ``root cause: <summary>``, or, when
-        only a survivor's symptom is known, says so (the cause may be reported later)."""
+        only a survivor's symptom is known, says so (the cause may be reported later) and names
+        the ``suspect`` (``pod X (node Y)``, the peer its error names), when known."""
         if self.headline.tier is Tier.SYMPTOM:
-            return f"{label} not known yet; a survivor's symptom ({self.kind}): {self.summary()}"
+            points = "" if suspect is None else f" points at {suspect}"
+            return (
+                f"{label} not known yet; a survivor's symptom ({self.kind}){points}: "
+                f"{self.summary()}"
+            )
         return f"{label}: {self.summary()}"
 
     def to_json(self) -> dict[str, Any]:
@@ -275,6 +280,19 @@ class Cause:
             round=round_ if type(round_) is int else None,
         )
         return cls(head, secondary)
+
+
+def _worker_summary(failure: WorkerFailure, pod: str | None, node: str | None) -> str:
+    """The agent's summary of a rank's failure (``WorkerFailure.summary``) with both the pod
+    and the Kubernetes node named: ``rank 1 on pod job-worker-1-0 (node real-1) exited with
+    code 1: ValueError: loss is nan``."""
+    bare = replace(failure, pod=None, node=None).summary()
+    who = f"rank {failure.rank}" if failure.rank is not None else f"local rank {failure.local_rank}"
+    if pod is not None:
+        where = f" on pod {pod}" + (f" (node {node})" if node is not None else "")
+    else:
+        where = "" if node is None else f" on node {node}"
+    return who + where + bare[len(who) :]
 
 
 def full_json(stored: Mapping[str, Any]) -> dict[str, Any]:

@@ -32,10 +32,13 @@ CREATES_FAILURE = frozenset(
         CauseKind.POD_PREEMPTED,
         CauseKind.OOM_KILLED,
         CauseKind.ETCD_LOST,
+        CauseKind.IMAGE_NOT_PULLED,
+        CauseKind.POD_DELETED,
     }
 )
-"""What the operator sees that is a failure of the group by itself (a member gone); a pod
-deleted or not starting only explains a failure the agents report."""
+"""What the operator sees that is a failure of the group by itself: a member gone (a pod
+deleted only when the operator did not ask for it), or, before the group first formed, a
+member that cannot start for its image (``causes.sightings``)."""
 
 
 @dataclass(frozen=True)

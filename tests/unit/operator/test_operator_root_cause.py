@@ -41,8 +41,8 @@ def test_a_reported_failure_becomes_last_failure_and_the_restarted_event_quotes_
     restarted = [e for e in result.events if e.reason == "Restarted"]
     assert len(restarted) == 1
     assert restarted[0].message.endswith(
-        "root cause: rank 3 on demo-worker-1-0 exited with code 1: ValueError: loss is nan "
-        "(at /app/train.py:42 in step)"
+        "root cause: rank 3 on pod demo-worker-1-0 (node node-a) exited with code 1: "
+        "ValueError: loss is nan (at /app/train.py:42 in step)"
     )
     # It survives the status round trip (what the next reconcile reads back).
     assert JobStatus.from_json(result.status.to_json()).last_failure == stored
@@ -63,7 +63,7 @@ def test_within_a_round_the_first_failure_wins_and_a_later_round_is_news() -> No
     stored = result.status.last_failure
     assert stored is not None and stored["message"] == "first", stored
     assert [e["summary"] for e in stored["secondary"]] == [
-        "rank 3 on demo-worker-0-0 exited with code 1: ValueError: second "
+        "rank 3 on pod demo-worker-0-0 (node node-a) exited with code 1: ValueError: second "
         "(at /app/train.py:42 in step)"
     ]
     later = replace(RAISED, time=T0 + 9, message="later", round=3)
@@ -84,8 +84,8 @@ def test_the_failed_condition_quotes_the_last_root_cause_when_the_budget_is_spen
     result = step(cluster, status, job_spec(), T0 + 5, etcd_reachable=True)
     assert (result.status.phase, result.status.reason) == (Phase.FAILED, "MaxRestartsExceeded")
     assert result.status.message.endswith(
-        "last root cause: rank 3 on demo-worker-1-0 exited with code 1: ValueError: loss is nan "
-        "(at /app/train.py:42 in step)"
+        "last root cause: rank 3 on pod demo-worker-1-0 (node node-b) exited with code 1: "
+        "ValueError: loss is nan (at /app/train.py:42 in step)"
     )
     failed = [c for c in result.status.conditions if c.get("type") == "Failed"]
     assert failed and "last root cause: rank 3" in failed[0]["message"]
@@ -110,7 +110,8 @@ def test_a_timer_restart_quotes_the_expired_timer() -> None:
     restarted = [e for e in result.events if e.reason == "Restarted"]
     assert len(restarted) == 1
     assert restarted[0].message.endswith(
-        "root cause: rank 2 on demo-worker-1-0 killed by SIGKILL: expiration timer 'step' expired"
+        "root cause: rank 2 on pod demo-worker-1-0 (node node-a) killed by SIGKILL: "
+        "expiration timer 'step' expired"
     )
 
 
@@ -191,8 +192,8 @@ def test_the_cause_in_an_exited_pods_termination_message_beats_a_reported_conseq
     )
     assert result.status.phase is Phase.FAILED
     assert result.status.message.endswith(
-        "last root cause: rank 3 on demo-worker-1-0 exited with code 1: ValueError: loss is nan "
-        "(at /app/train.py:42 in step)"
+        "last root cause: rank 3 on pod demo-worker-1-0 (node node-a) exited with code 1: "
+        "ValueError: loss is nan (at /app/train.py:42 in step)"
     )
 
 
@@ -220,7 +221,7 @@ def test_a_spent_budget_waits_for_every_agent_to_exit_before_quoting_the_root_ca
     )
     done = step(cluster, waiting.status, job_spec(), T0 + 8, etcd_reachable=True)
     assert done.status.phase is Phase.FAILED
-    assert "last root cause: rank 3 on demo-worker-1-0" in done.status.message
+    assert "last root cause: rank 3 on pod demo-worker-1-0 (node node-a)" in done.status.message
 
 
 def test_a_budget_spent_before_any_agent_exited_waits_for_their_termination_messages() -> None:

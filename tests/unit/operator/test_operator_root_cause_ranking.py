@@ -74,19 +74,19 @@ ROUNDS: list[tuple[str, list[Evidence], list[Evidence], str]] = [
         "one rank's exception first, the others' resets later",
         [record(W1, T0 + 1, **VALUE_ERROR), record(W0, T0 + 2), record(W2, T0 + 3)],
         [],
-        "rank 1 on job-worker-1-0 exited with code 1: ValueError: loss is nan",
+        "rank 1 on pod job-worker-1-0 (node node-1) exited with code 1: ValueError: loss is nan",
     ),
     (
         "a reset reported before the exception it follows (clocks apart)",
         [record(W0, T0 + 1), record(W1, T0 + 2, **VALUE_ERROR)],
         [],
-        "rank 1 on job-worker-1-0 exited with code 1: ValueError: loss is nan",
+        "rank 1 on pod job-worker-1-0 (node node-1) exited with code 1: ValueError: loss is nan",
     ),
     (
         "every rank raising the same exception at once: the first rank",
         [record(W2, T0 + 1, **VALUE_ERROR), record(W0, T0 + 1, **VALUE_ERROR)],
         [],
-        "rank 0 on job-worker-0-0 exited with code 1: ValueError: loss is nan",
+        "rank 0 on pod job-worker-0-0 (node node-0) exited with code 1: ValueError: loss is nan",
     ),
     (
         "pod deleted, then the survivors' resets",
@@ -125,13 +125,15 @@ ROUNDS: list[tuple[str, list[Evidence], list[Evidence], str]] = [
             record(W1, T0 + 3, exc=None, msg="no training step for 61 s after step 7"),
         ],
         [],
-        "rank 0 on job-worker-0-0 exited with code 1: no training step for 60 s after step 7",
+        "rank 0 on pod job-worker-0-0 (node node-0) exited with code 1: "
+        "no training step for 60 s after step 7",
     ),
     (
         "only symptoms: the first survivor's error, marked as a symptom",
         [record(W2, T0 + 2), record(W0, T0 + 1)],
         [],
-        f"rank 0 on job-worker-0-0 exited with code 1: RuntimeError: {GLOO_RESET}",
+        f"rank 0 on pod job-worker-0-0 (node node-0) exited with code 1: "
+        f"RuntimeError: {GLOO_RESET}",
     ),
 ]
 
@@ -432,7 +434,9 @@ def test_the_rank_that_died_polled_after_the_survivor_corrects_the_cause() -> No
     stored = result.status.last_failure
     assert stored is not None and (stored["kind"], stored["pod"]) == ("WorkerFailed", W1_DEMO)
     (event,) = [e for e in result.events if e.reason == "RootCause"]
-    assert event.message.startswith("root cause: rank 1 on demo-worker-1-0 exited with code 1")
+    assert event.message.startswith(
+        "root cause: rank 1 on pod demo-worker-1-0 (node node-a) exited with code 1"
+    )
 
     cluster2 = Cluster()
     status, _ = _restart_after_a_survivor_reset(cluster2)

@@ -136,7 +136,7 @@ def _plan(
         finish_cleanup(draft, spec, observed, now)
         return draft.freeze()
 
-    merge_reports(draft, observed, now, settings.root_cause_window)
+    merge_reports(draft, observed, now, settings.root_cause_window, worker_pods=spec.worker_pods)
     merge_checkpoints(draft, observed)
     note_policy(draft, observed, workers, now)
     note_invalid_reports(draft, observed)

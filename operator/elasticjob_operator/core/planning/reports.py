@@ -10,7 +10,7 @@ from elasticjob_agent.protocol.restarts import RestartReason
 from .. import restarts, spares
 from ..observed import Observed, current_workers
 from .actions import Draft, MarkJoined, MarkStoodBy
-from .causes import note_cause
+from .causes import note_cause, post_new_cause, suspect
 
 # Restarts whose agent recorded a root cause (a failed worker, an expired timer, no progress).
 _HAS_ROOT_CAUSE = frozenset(
@@ -18,9 +18,12 @@ _HAS_ROOT_CAUSE = frozenset(
 )
 
 
-def merge_reports(draft: Draft, observed: Observed, now: float, window: float) -> None:
+def merge_reports(
+    draft: Draft, observed: Observed, now: float, window: float, *, worker_pods: int | None = None
+) -> None:
     """Restart counts and the root cause the agents report (``causes.note_cause``, ranked with
-    what the operator sees within ``window``), with a ``Restarted`` Event per counted reason."""
+    what the operator sees within ``window``; ``worker_pods``: the spec's), with a
+    ``Restarted`` Event per counted reason."""
     before = draft.status.restarts
     current = current_workers(observed.workers, draft.status.attempts)
     merged = restarts.merge_reports(
@@ -37,14 +40,20 @@ def merge_reports(draft: Draft, observed: Observed, now: float, window: float) -
     # An agent that exited (the budget spent) may never be polled with its last report, but the
     # kubelet keeps the record in its termination message.
     records += [(p.name, p.last_failure) for p in current.values() if p.last_failure is not None]
-    failure, refused = note_cause(draft, observed, records, now, window)
+    failure, refused, news = note_cause(
+        draft, observed, records, now, window, worker_pods=worker_pods
+    )
     draft.refused_evidence.extend(refused)
+    # A cause older than the window is an earlier failure's: not this restart's.
+    recent = failure is not None and now - failure.time <= window
+    quoted = False
     for reason in sorted(merged):
         added = merged[reason] - before.get(reason, 0)
         if added > 0:
             cause = ""
-            if reason in _HAS_ROOT_CAUSE and failure is not None:
-                cause = f"; {failure.quoted()}"
+            if reason in _HAS_ROOT_CAUSE and failure is not None and recent:
+                cause = f"; {failure.quoted(suspect=suspect(failure, observed))}"
+                quoted = True
             elif reason == RestartReason.HANG.value:
                 cause = "; no rank advanced for progressTimeoutSeconds"
             draft.event(
@@ -53,6 +62,8 @@ def merge_reports(draft: Draft, observed: Observed, now: float, window: float) -
                 f"worker group restarted ({reason}), {added} time(s); job-wide restarts: "
                 f"{restarts.total(merged)}, failures {restarts.failures(merged)}{cause}",
             )
+    if news and not quoted and failure is not None:
+        post_new_cause(draft, failure)
     draft.status = draft.status.evolve(restarts=merged)
 
 

@@ -220,6 +220,7 @@ def run(args: AgentArgs) -> int:
             first_step=timers.first_step,
             previous_step=timers.previous_step,
             checkpoints=checkpoint_facts,
+            compute=timers.compute,
         )
         if args.health_port:
 

@@ -45,6 +45,7 @@ class StatusFields:
     failure_policy: PolicyDecision | None = None
     progress_timeout: float | None = None
     round_started_at: float | None = None
+    preflight_seconds: float | None = None
 
 
 class AgentStatus:
@@ -156,6 +157,7 @@ class AgentStatus:
             compute_seconds=running_compute,
             compute_samples=0 if running_compute is None else compute.samples,
             compute_rejected=compute.rejected,
+            preflight_seconds=f.preflight_seconds,
         )
 
     def _stamp(

@@ -148,6 +148,9 @@ class HealthReport:
     """How many timings ``compute_seconds`` was computed from."""
     compute_rejected: int = 0
     """Timings the agent ignored since it started (negative, non-finite, huge, not a number)."""
+    preflight_seconds: float | None = None
+    """``--preflight``: how long this node took for the pre-flight check's fixed computation
+    before its first round (``timers.preflight``); ``None``: no check."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -198,6 +201,7 @@ class HealthReport:
             "computeSeconds": self.compute_seconds,
             "computeSamples": self.compute_samples,
             "computeRejected": self.compute_rejected,
+            "preflightSeconds": self.preflight_seconds,
         }
 
     def dumps(self) -> str:
@@ -281,6 +285,7 @@ class HealthReport:
             compute_seconds=_opt_num(data, "computeSeconds"),
             compute_samples=_opt_int(data, "computeSamples") or 0,
             compute_rejected=_opt_int(data, "computeRejected") or 0,
+            preflight_seconds=_opt_num(data, "preflightSeconds"),
         )
 
     @classmethod

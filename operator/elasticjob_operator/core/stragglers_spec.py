@@ -54,6 +54,9 @@ class HealthSpec:
     (``elasticjob_agent.progress.step_timer``) nothing is ever reported."""
 
     stragglers: StragglerSpec = field(default_factory=StragglerSpec)
+    preflight: bool = False
+    """``spec.health.preflight``: each agent times a short fixed computation before its first
+    round (``--preflight``); the nodes' times are compared like compute times, at once."""
 
 
 def parse_health(raw: Any) -> HealthSpec:
@@ -62,12 +65,15 @@ def parse_health(raw: Any) -> HealthSpec:
         return HealthSpec()
     if not isinstance(raw, Mapping):
         raise HealthSpecError("spec.health must be an object")
+    preflight = raw.get("preflight", False)
+    if not isinstance(preflight, bool):
+        raise HealthSpecError(f"spec.health.preflight must be true or false, got {preflight!r}")
     stragglers = raw.get("stragglers")
     if stragglers is None:
-        return HealthSpec()
+        return HealthSpec(preflight=preflight)
     if not isinstance(stragglers, Mapping):
         raise HealthSpecError("spec.health.stragglers must be an object")
-    return HealthSpec(stragglers=_stragglers(stragglers))
+    return HealthSpec(stragglers=_stragglers(stragglers), preflight=preflight)
 
 
 def _stragglers(raw: Mapping[str, Any]) -> StragglerSpec:

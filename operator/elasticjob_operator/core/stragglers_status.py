@@ -15,6 +15,9 @@ from typing import Any
 from .conditions import rfc3339
 from .observed import parse_time
 
+TRAINING = "training"
+PREFLIGHT = "preflight"
+
 MAX_ENTRIES = 32
 """Most entries kept: candidates and stragglers of the current nodes, then the nodes replaced
 (the oldest replaced is forgotten first, and is no longer avoided)."""
@@ -38,6 +41,9 @@ class StragglerEntry:
     """A straggler that is no longer above: since when (it recovers after the window)."""
     replaced_at: float | None = None
     """With ``action: Replace``: when its pods were replaced; the job avoids the node."""
+    check: str = TRAINING
+    """What found it: ``training`` (compute time per step, over the window) or ``preflight``
+    (the pre-flight check, at once; such an entry stays while the node holds a pod)."""
 
     @property
     def ratio(self) -> float:
@@ -53,8 +59,13 @@ class StragglerEntry:
     def describe(self) -> str:
         """One line for the condition, the Event and logs; names the node."""
         ratio = "inf" if math.isinf(self.ratio) else f"{self.ratio:.2f}"
+        what = (
+            "took {:.3f} s for the pre-flight check"
+            if self.check == PREFLIGHT
+            else "computes {:.3f} s per step"
+        ).format(self.compute_seconds)
         return (
-            f"node {self.node} (pod {self.pod}) computes {self.compute_seconds:.3f} s per step, "
+            f"node {self.node} (pod {self.pod}) {what}, "
             f"{ratio}x the median of the other nodes ({self.median_seconds:.3f} s)"
         )
 
@@ -70,6 +81,7 @@ class StragglerEntry:
             "detectedAt": None if self.detected_at is None else rfc3339(self.detected_at),
             "belowSince": None if self.below_since is None else rfc3339(self.below_since),
             "replacedAt": None if self.replaced_at is None else rfc3339(self.replaced_at),
+            "check": self.check,
         }
 
     @classmethod
@@ -94,6 +106,7 @@ class StragglerEntry:
             detected_at=parse_time(data.get("detectedAt")),
             below_since=parse_time(data.get("belowSince")),
             replaced_at=parse_time(data.get("replacedAt")),
+            check=PREFLIGHT if data.get("check") == PREFLIGHT else TRAINING,
         )
 
 

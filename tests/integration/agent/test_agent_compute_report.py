@@ -26,7 +26,9 @@ def test_each_node_reports_its_own_compute_time(
     flags = [*rdzv_flags(ep, run_id, "2:2"), "--nproc-per-node", "2", "--max-restarts", "0"]
     script = str(SCRIPTS / "timed_steps.py")
     stop = tmp_path / "stop"
-    fast = spawn_agent("fast", [*flags, script], {"SLOW_SECONDS": "0.01", "STOP_FILE": str(stop)})
+    fast = spawn_agent(
+        "fast", [*flags, "--preflight", script], {"SLOW_SECONDS": "0.01", "STOP_FILE": str(stop)}
+    )
     slow = spawn_agent(
         "slow",
         [*flags, script],
@@ -45,6 +47,9 @@ def test_each_node_reports_its_own_compute_time(
     assert 0.01 <= fast_seen["computeSeconds"] < 0.1, fast_seen
     assert 0.2 <= slow_seen["computeSeconds"] < 0.5, slow_seen
     assert fast_seen["computeRejected"] == 0, fast_seen
+    # The pre-flight check ran (and only where asked for), before the round.
+    assert 0 < fast_seen["preflightSeconds"] < 10, fast_seen
+    assert slow_seen["preflightSeconds"] is None, slow_seen
     assert slow_seen["computeRejected"] >= 20, slow_seen  # one nonsense timing a step, a rank
     assert fast.wait_exit(120) == ExitCode.SUCCEEDED, fast.log()[-3000:]
     assert slow.wait_exit(60) == ExitCode.SUCCEEDED, slow.log()[-3000:]

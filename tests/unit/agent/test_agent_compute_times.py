@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from elasticjob_agent.args import parse_args
 from elasticjob_agent.health.status import AgentStatus
 from elasticjob_agent.progress import report_compute, report_step, step_timer
 from elasticjob_agent.protocol.compute import (
@@ -24,7 +25,7 @@ from elasticjob_agent.protocol.health import (
     HealthReport,
     HealthReportError,
 )
-from elasticjob_agent.timers import TIMER_SOCKET_ENV
+from elasticjob_agent.timers import TIMER_SOCKET_ENV, preflight
 from elasticjob_agent.timers.compute import MAX_RANKS, ComputeTimes
 from elasticjob_agent.timers.server import TimerServer
 from elasticjob_agent.timers.table import TimerMessage
@@ -191,3 +192,45 @@ def test_bad_compute_fields_make_the_report_invalid(field: str, value: object, e
     report = _status(ComputeFigure(0.5, 1, 0)).report().to_json()
     with pytest.raises(HealthReportError, match=error):
         HealthReport.from_json({**report, field: value})
+
+
+# --- the pre-flight check ------------------------------------------------------------------------
+
+
+class _Ticks:
+    """A clock that advances ``step`` seconds at every reading."""
+
+    def __init__(self, step: float) -> None:
+        self.now, self.step = 0.0, step
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+def test_the_preflight_check_is_bounded_and_extrapolates() -> None:
+    assert preflight.extrapolate(2.0, 4, 8) == 4.0
+    assert preflight.extrapolate(2.0, 0, 8) == 16.0  # none done counts as one: finite
+    # A node so slow that the deadline passes inside the first run: the check stops there.
+    figure = preflight.measure(chunks=100, runs=3, deadline=1.0, clock=_Ticks(0.25))
+    assert math.isfinite(figure) and figure > 1.0
+    real = preflight.measure(chunks=2, runs=3)
+    assert 0.0 < real < preflight.DEADLINE_SECONDS
+    with pytest.raises(ValueError, match="all > 0"):
+        preflight.measure(chunks=0)
+
+
+def test_preflight_is_a_flag_with_a_pet_variable() -> None:
+    assert parse_args(["--standalone", "--preflight", "t.py"], {}).preflight
+    assert parse_args(["--standalone", "t.py"], {"PET_PREFLIGHT": "1"}).preflight
+    assert not parse_args(["--standalone", "t.py"], {}).preflight
+
+
+def test_the_report_carries_the_preflight_figure() -> None:
+    status = _status(NO_COMPUTE)
+    status.update(preflight_seconds=0.12)
+    report = status.report()
+    assert report.to_json()["preflightSeconds"] == 0.12
+    assert HealthReport.loads(report.dumps()).preflight_seconds == 0.12
+    with pytest.raises(HealthReportError, match="preflightSeconds"):
+        HealthReport.from_json({**report.to_json(), "preflightSeconds": -1})

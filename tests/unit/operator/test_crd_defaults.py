@@ -81,6 +81,7 @@ PARSED: dict[str, Callable[[JobSpec], object]] = {
     "spec.health.stragglers.factor": lambda s: s.health.stragglers.factor,
     "spec.health.stragglers.windowSeconds": lambda s: s.health.stragglers.window_seconds,
     "spec.health.stragglers.action": lambda s: s.health.stragglers.action,
+    "spec.health.preflight": lambda s: s.health.preflight,
 }
 """Every CRD field with a scalar default, and where ``parse_spec`` puts it."""
 

@@ -10,6 +10,7 @@ from elasticjob_agent.protocol.health import AgentState, HealthReport
 from elasticjob_operator import metrics
 from elasticjob_operator.core import planning, restarts
 from elasticjob_operator.core.conditions import ConditionType, find_condition
+from elasticjob_operator.core.manifests import build_worker_pod
 from elasticjob_operator.core.observed import Observed, PodPhase, PodView
 from elasticjob_operator.core.planning.stragglers import NODE_NAME_FIELD, without_nodes
 from elasticjob_operator.core.spec import SpecError
@@ -18,6 +19,7 @@ from elasticjob_operator.core.stragglers import (
     MIN_COMPUTE_SECONDS,
     NodeFigure,
     judge,
+    judge_preflight,
     node_figures,
 )
 from elasticjob_operator.core.stragglers_spec import (
@@ -26,10 +28,10 @@ from elasticjob_operator.core.stragglers_spec import (
     StragglerSpec,
     parse_health,
 )
-from elasticjob_operator.core.stragglers_status import MAX_ENTRIES, StragglerEntry
+from elasticjob_operator.core.stragglers_status import MAX_ENTRIES, PREFLIGHT, StragglerEntry
 from prometheus_client import REGISTRY
 
-from tests.support.operator_model import RUN_ID, T0, Cluster, job_spec, report, step
+from tests.support.operator_model import JOB, RUN_ID, T0, Cluster, job_spec, report, step
 from tests.support.operator_model import started as _started
 
 SPEC = StragglerSpec(factor=1.5, window_seconds=60)
@@ -332,3 +334,60 @@ def test_the_metric_follows_the_status_per_node() -> None:
     assert value("elasticjob_node_straggler", {**labels, "node": "node-c"}) is None
     metrics.forget("ns-s", "j-s")
     assert value("elasticjob_node_straggler", {**labels, "node": "node-d"}) is None
+
+
+# --- the pre-flight check -----------------------------------------------------------------------
+
+
+def test_preflight_is_off_by_default_and_passed_to_the_agents() -> None:
+    assert not job_spec().health.preflight
+    spec = job_spec(health={"preflight": True})
+    assert spec.health.preflight and spec.health.stragglers == StragglerSpec()
+    pod = build_worker_pod(JOB, spec, 0, 0)
+    assert "--preflight" in pod["spec"]["containers"][0]["args"]
+    assert (
+        "--preflight"
+        not in build_worker_pod(JOB, job_spec(), 0, 0)["spec"]["containers"][0]["args"]
+    )
+    with pytest.raises(SpecError, match=r"spec\.health\.preflight must be true or false"):
+        job_spec(health={"preflight": "yes"})
+
+
+def test_a_slow_preflight_is_a_straggler_at_once_and_stays_while_the_node_holds_a_pod() -> None:
+    checks = _figures(a=0.1, b=0.12, c=0.5)
+    verdict = judge_preflight((), checks, SPEC, T0)
+    (found,) = verdict.detected
+    assert (found.node, found.check, found.detected_at) == ("c", PREFLIGHT, T0)
+    assert "took 0.500 s for the pre-flight check" in found.describe()
+    assert judge_preflight(verdict.entries, checks, SPEC, T0 + 5).detected == ()  # once
+    # Training timings say c is fine: the check's verdict stays while c holds a pod.
+    fine = judge(verdict.entries, _figures(a=1.0, b=1.0, c=1.0), ALL, SPEC, T0 + 500)
+    assert fine.entries == verdict.entries and fine.recovered == ()
+    gone = judge(verdict.entries, _figures(a=1.0, b=1.0), frozenset({"a", "b"}), SPEC, T0 + 500)
+    assert gone.entries == ()
+    assert judge_preflight((), _figures(a=0.1), SPEC, T0).entries == ()  # one node: nothing
+    assert JobStatus.from_json(JobStatus(stragglers=verdict.entries).to_json()).stragglers == (
+        verdict.entries
+    )
+
+
+def test_replace_swaps_a_node_that_failed_its_preflight_before_training() -> None:
+    cluster = Cluster()
+    spec = job_spec(replicas=3, health={"preflight": True, "stragglers": {"action": "Replace"}})
+    status = _started(cluster, replicas=3)
+    pods = ["demo-worker-0-0", "demo-worker-1-0", "demo-worker-2-0"]
+    _on_nodes(cluster, dict(zip(pods, ["node-a", "node-b", "node-c"], strict=True)))
+    waiting = {
+        pod: replace(
+            report(pod, AgentState.RENDEZVOUS, round_=None, waiting_since=T0),
+            preflight_seconds=s,
+        )
+        for pod, s in zip(pods, [0.5, 0.1, 0.11], strict=True)
+    }
+    result = step(cluster, status, spec, T0 + 5, etcd_reachable=True, reports=waiting)
+    assert planning.DeletePod("demo-worker-0-0") in result.actions
+    assert result.status.restarts.get(restarts.STRAGGLER) == 1
+    (entry,) = result.status.stragglers
+    assert (entry.node, entry.check, entry.replaced_at) == ("node-a", PREFLIGHT, T0 + 5)
+    (event,) = [e for e in result.events if e.reason == "Straggler"]
+    assert "pre-flight check" in event.message and "node node-a" in event.message

@@ -15,9 +15,9 @@ from .. import manifests, names, restarts
 from ..conditions import ConditionType, find_condition, set_condition
 from ..observed import Observed, PodView
 from ..spec import JobSpec
-from ..stragglers import judge, node_figures, node_of
+from ..stragglers import judge, judge_preflight, node_figures, node_of
 from ..stragglers_spec import StragglerAction
-from ..stragglers_status import StragglerEntry, avoided_nodes
+from ..stragglers_status import PREFLIGHT, StragglerEntry, avoided_nodes
 from .actions import Action, CreateObject, DeletePod, Draft
 
 NODE_NAME_FIELD = "metadata.name"
@@ -42,8 +42,15 @@ def track_stragglers(
     figures = node_figures(observed, pods, job.run_id)
     present = frozenset(node_of(pod) for pod in pods if not pod.deleting)
     verdict = judge(draft.status.stragglers, figures, present, settings, now)
+    detected = list(verdict.detected)
+    if spec.health.preflight:
+        checks = node_figures(observed, pods, job.run_id, preflight=True)
+        checked = judge_preflight(verdict.entries, checks, settings, now)
+        figures = {**figures, **{e.node: checks[e.node] for e in checked.detected}}
+        verdict = replace(checked, detected=(), recovered=verdict.recovered)
+        detected += checked.detected
     entries = list(verdict.entries)
-    for found in verdict.detected:
+    for found in detected:
         if settings.action is StragglerAction.REPLACE:
             replaced = _replace(draft, job, spec, figures[found.node].pods, hold)
             entries = [
@@ -53,12 +60,14 @@ def track_stragglers(
             draft.event(
                 "Warning",
                 "Straggler",
-                f"{found.describe()} for {settings.window_seconds} s: replacing "
+                f"{found.describe()}{_lasting(found, settings.window_seconds)}: replacing "
                 f"{', '.join(replaced) or 'nothing'} elsewhere; the job avoids the node",
             )
         else:
             draft.event(
-                "Warning", "Straggler", f"{found.describe()} for {settings.window_seconds} s"
+                "Warning",
+                "Straggler",
+                f"{found.describe()}{_lasting(found, settings.window_seconds)}",
             )
     for gone in verdict.recovered:
         draft.event(
@@ -68,7 +77,11 @@ def track_stragglers(
             f"for {settings.window_seconds} s ({gone.compute_seconds:.3f} s per step)",
         )
     draft.status = draft.status.evolve(stragglers=tuple(entries))
-    _condition(draft, tuple(entries), bool(verdict.detected or verdict.recovered), now)
+    _condition(draft, tuple(entries), bool(detected or verdict.recovered), now)
+
+
+def _lasting(entry: StragglerEntry, window: int) -> str:
+    return "" if entry.check == PREFLIGHT else f" for {window} s"
 
 
 def _replace(

@@ -391,3 +391,25 @@ def test_replace_swaps_a_node_that_failed_its_preflight_before_training() -> Non
     assert (entry.node, entry.check, entry.replaced_at) == ("node-a", PREFLIGHT, T0 + 5)
     (event,) = [e for e in result.events if e.reason == "Straggler"]
     assert "pre-flight check" in event.message and "node node-a" in event.message
+
+
+def test_replacing_a_spare_that_failed_its_preflight_restarts_nothing() -> None:
+    cluster = Cluster()
+    spec = job_spec(
+        replicas=2, spares=1, health={"preflight": True, "stragglers": {"action": "Replace"}}
+    )
+    status = _started(cluster, replicas=2)
+    status = step(cluster, status, spec, T0 + 2, etcd_reachable=True).status  # the spare's pod
+    cluster.run_all()
+    pods = ["demo-worker-0-0", "demo-worker-1-0", "demo-worker-2-0"]
+    _on_nodes(cluster, dict(zip(pods, ["node-a", "node-b", "node-c"], strict=True)))
+    cluster.set("demo-worker-2-0", stood_by=True)
+    reports = {
+        pod: replace(report(pod, AgentState.STANDBY if i == 2 else AgentState.RUNNING),
+                     preflight_seconds=s)
+        for i, (pod, s) in enumerate(zip(pods, [0.1, 0.1, 0.9], strict=True))
+    }  # fmt: skip
+    result = step(cluster, status, spec, T0 + 5, etcd_reachable=True, reports=reports)
+    assert planning.DeletePod("demo-worker-2-0") in result.actions
+    assert restarts.STRAGGLER not in result.status.restarts
+    assert result.status.stragglers[0].node == "node-c"

@@ -91,8 +91,9 @@ def _replace(
     pods: Iterable[PodView],
     hold: frozenset[int],
 ) -> list[str]:
-    """A new attempt of each pod's index (counted ``straggler``, written before the pods are
-    created and deleted, like every replacement); returns the names replaced."""
+    """A new attempt of each pod's index (counted ``straggler`` unless the pod is a hot spare
+    that never joined, written before the pods are created and deleted, like every
+    replacement); returns the names replaced."""
     attempts = dict(draft.status.attempts)
     counts = dict(draft.status.restarts)
     done: list[str] = []
@@ -100,7 +101,8 @@ def _replace(
         if pod.deleting or pod.attempt != attempts.get(pod.index, 0):
             continue  # already being replaced in this step, or superseded
         attempts[pod.index] = pod.attempt + 1
-        counts = restarts.bump(counts, restarts.STRAGGLER)
+        if pod.joined or not pod.stood_by:  # a hot spare held no place: nothing restarts
+            counts = restarts.bump(counts, restarts.STRAGGLER)
         draft.actions.append(DeletePod(pod.name))
         if pod.index not in hold:
             draft.actions.append(

@@ -57,11 +57,15 @@ def track_stragglers(
                 replace(e, replaced_at=now) if e.node == found.node and replaced else e
                 for e in entries
             ]
+            then = (
+                f"replacing {', '.join(replaced)} elsewhere; the job avoids the node"
+                if replaced
+                else "its pods are being replaced already"
+            )
             draft.event(
                 "Warning",
                 "Straggler",
-                f"{found.describe()}{_lasting(found, settings.window_seconds)}: replacing "
-                f"{', '.join(replaced) or 'nothing'} elsewhere; the job avoids the node",
+                f"{found.describe()}{_lasting(found, settings.window_seconds)}: {then}",
             )
         else:
             draft.event(

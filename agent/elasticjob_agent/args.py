@@ -95,6 +95,8 @@ class AgentArgs:
     """``--progress-timeout auto``: the timeout is learned from the step intervals."""
     failure_policy: str | None = None
     """``--failure-policy``: a path to the policy's JSON, or the JSON text (read by the CLI)."""
+    preflight: bool = False
+    """``--preflight``: time a fixed computation before the first round (``timers.preflight``)."""
     warm_workers: bool = True
     """Keep spare interpreters with torch imported, so restarts skip the import."""
     log_format: str = defaults.LOG_FORMAT
@@ -338,6 +340,7 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> AgentArgs:
         else _non_negative("--progress-timeout", ns.progress_timeout) or None,
         progress_auto=_progress_auto(ns.progress_timeout, ns.progress_auto_conf),
         failure_policy=ns.failure_policy or None,
+        preflight=bool(ns.preflight),
         warm_workers=ns.warm_workers == "1" and not ns.no_python,
         log_format=ns.log_format,
     )

@@ -50,6 +50,7 @@ from elasticjob_agent.supervision.warm_pool import WarmPool
 from elasticjob_agent.supervision.worker_env import TORCH_TIMER_FILE_ENV, AgentKnobs
 from elasticjob_agent.supervision.worker_launch import worker_command
 from elasticjob_agent.supervision.workers import LocalWorkers, LogSettings, WarmLaunch
+from elasticjob_agent.timers import preflight
 from elasticjob_agent.timers.server import TimerServer
 
 logger = logging.getLogger("elasticjob_agent")
@@ -220,6 +221,7 @@ def run(args: AgentArgs) -> int:
             first_step=timers.first_step,
             previous_step=timers.previous_step,
             checkpoints=checkpoint_facts,
+            compute=timers.compute,
         )
         if args.health_port:
 
@@ -244,6 +246,10 @@ def run(args: AgentArgs) -> int:
             stack.callback(server.close)
             status.update(health_port=server.port)
             logger.info("health server on %s:%d", args.health_addr, server.port)
+        if args.preflight:  # before the warm workers import torch: nothing else runs yet
+            checked = preflight.measure()
+            status.update(preflight_seconds=checked)
+            logger.info("preflight check took %.3f s", checked)
 
         log_dir = Path(args.log_dir) if args.log_dir else work_dir / "logs"
         log_dir = log_dir / f"{run_id}_{uuid.uuid4().hex[:8]}"

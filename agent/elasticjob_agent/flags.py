@@ -237,6 +237,11 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         "spec.failurePolicy: FailJob / Ignore / Count a failure by exit code, root cause or "
         "reason",
     )
+    flag(
+        "--preflight",
+        help="before the first round, time a short fixed computation (a few tenths of a second, "
+        "10 s at most) and report it as preflightSeconds for the operator to compare nodes",
+    )
     valued(
         "--warm-workers",
         "--warm_workers",

@@ -65,6 +65,12 @@ GOODPUT = Gauge(
     "Training time kept over wall time since the job started (status.goodput.ratio)",
     JOB,
 )
+NODE_STRAGGLER = Gauge(
+    "elasticjob_node_straggler",
+    "1 while the node's compute time per step stays above spec.health.stragglers.factor times"
+    " the other nodes' median, 0 for a node only suspected or replaced (status.stragglers)",
+    [*JOB, "node"],
+)
 STALLS = Counter("elasticjob_job_stalls_total", "Stalls detected, by reason", [*JOB, "reason"])
 STALLED = Gauge("elasticjob_job_stalled", "1 while the job is stalled for reason", [*JOB, "reason"])
 STEADY_CHECKS = Counter(
@@ -100,6 +106,8 @@ def observe_gc(generation: int, seconds: float) -> None:
 
 
 _known_reasons: dict[tuple[str, str], set[str]] = {}
+_straggler_nodes: dict[tuple[str, str], set[str]] = {}
+"""The nodes each job has a ``elasticjob_node_straggler`` series for (to remove the stale ones)."""
 
 
 def serve(port: int) -> None:
@@ -134,6 +142,17 @@ def publish(
     current = status.stall.reason if status.stall is not None else None
     for reason in STALL_REASONS:
         STALLED.labels(namespace, job, reason).set(1 if reason == current else 0)
+    _publish_stragglers(namespace, job, status)
+
+
+def _publish_stragglers(namespace: str, job: str, status: JobStatus) -> None:
+    """One series per node in ``status.stragglers``; a node that left the list loses its own."""
+    nodes = {entry.node: entry.straggling for entry in status.stragglers}
+    for gone in _straggler_nodes.get((namespace, job), set()) - nodes.keys():
+        _remove(NODE_STRAGGLER, namespace, job, gone)
+    _straggler_nodes[(namespace, job)] = set(nodes)
+    for node, straggling in nodes.items():
+        NODE_STRAGGLER.labels(namespace, job, node).set(1 if straggling else 0)
 
 
 def stall_started(namespace: str, job: str, reason: str) -> None:
@@ -167,6 +186,8 @@ def forget(namespace: str, job: str) -> None:
     reasons = _known_reasons.pop((namespace, job), set())
     for reason in reasons:
         _remove(RESTARTS, namespace, job, reason)
+    for node in _straggler_nodes.pop((namespace, job), set()):
+        _remove(NODE_STRAGGLER, namespace, job, node)
     for phase in Phase:
         _remove(PHASE, namespace, job, phase.value)
     for gauge in (

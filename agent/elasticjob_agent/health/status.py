@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from elasticjob_agent.protocol.checkpoint import NO_CHECKPOINTS, CheckpointFacts, RestoreReport
+from elasticjob_agent.protocol.compute import NO_COMPUTE, ComputeFigure
 from elasticjob_agent.protocol.failure import WorkerFailure
 from elasticjob_agent.protocol.failure_policy import PolicyDecision
 from elasticjob_agent.protocol.health import (
@@ -44,6 +45,7 @@ class StatusFields:
     failure_policy: PolicyDecision | None = None
     progress_timeout: float | None = None
     round_started_at: float | None = None
+    preflight_seconds: float | None = None
 
 
 class AgentStatus:
@@ -60,6 +62,7 @@ class AgentStatus:
         first_step: Callable[[], tuple[int, float] | None] = lambda: None,
         previous_step: Callable[[], tuple[int, float] | None] = lambda: None,
         checkpoints: Callable[[], CheckpointFacts] = lambda: NO_CHECKPOINTS,
+        compute: Callable[[], ComputeFigure] = lambda: NO_COMPUTE,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.run_id = run_id
@@ -72,6 +75,7 @@ class AgentStatus:
         self._first_step = first_step
         self._previous_step = previous_step
         self._checkpoints = checkpoints
+        self._compute = compute
         # The round each restore (and each restore failure) was first seen in, by identity:
         # the checkpoint node replaces the object at every restore, and knows no rounds.
         self._restore_seen: tuple[RestoreReport, int | None] | None = None
@@ -109,6 +113,8 @@ class AgentStatus:
         last_progress = max(
             (p for p in (f.last_progress, timer_progress) if p is not None), default=None
         )
+        compute = self._compute()
+        running_compute = compute.seconds if f.state is AgentState.RUNNING else None
         saved, restore, failure = self._checkpoints()
         restore, failure_round = self._stamp(restore, failure, f.round)
         return HealthReport(
@@ -148,6 +154,10 @@ class AgentStatus:
             last_restore=restore,
             restore_failure=None if failure is None else failure[:MAX_RESTORE_FAILURE],
             restore_failure_round=failure_round,
+            compute_seconds=running_compute,
+            compute_samples=0 if running_compute is None else compute.samples,
+            compute_rejected=compute.rejected,
+            preflight_seconds=f.preflight_seconds,
         )
 
     def _stamp(

@@ -61,3 +61,8 @@ NCCL_HEARTBEAT_TIMEOUT_ENV = "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"
 """torch's variable for the NCCL heartbeat timeout."""
 NCCL_MONITORING_ENV = "TORCH_NCCL_ENABLE_MONITORING"
 """torch's variable for the NCCL heartbeat monitor (``0`` or ``1``)."""
+
+# Compute time per step (``elasticjob_agent.progress.step_timer``), for straggler detection.
+COMPUTE_WINDOW_STEPS = 20
+"""The health report's ``computeSeconds`` is the median over a node's local ranks of each
+rank's median over its last this many timed steps."""

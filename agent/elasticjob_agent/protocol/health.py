@@ -140,6 +140,17 @@ class HealthReport:
     ``MAX_RESTORE_FAILURE`` characters); cleared by the next successful restore."""
     restore_failure_round: int | None = None
     """The round ``restore_failure`` happened in."""
+    compute_seconds: float | None = None
+    """The node's compute time per step while running: the median over its local ranks of each
+    rank's median over its last timed steps (``elasticjob_agent.progress.step_timer``);
+    ``None``: no rank timed a step in this round."""
+    compute_samples: int = 0
+    """How many timings ``compute_seconds`` was computed from."""
+    compute_rejected: int = 0
+    """Timings the agent ignored since it started (negative, non-finite, huge, not a number)."""
+    preflight_seconds: float | None = None
+    """``--preflight``: how long this node took for the pre-flight check's fixed computation
+    before its first round (``timers.preflight``); ``None``: no check."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -187,6 +198,10 @@ class HealthReport:
             "lastRestore": None if self.last_restore is None else self.last_restore.as_status(),
             "restoreFailure": self.restore_failure,
             "restoreFailureRound": self.restore_failure_round,
+            "computeSeconds": self.compute_seconds,
+            "computeSamples": self.compute_samples,
+            "computeRejected": self.compute_rejected,
+            "preflightSeconds": self.preflight_seconds,
         }
 
     def dumps(self) -> str:
@@ -267,6 +282,10 @@ class HealthReport:
             last_restore=_opt_restore(data.get("lastRestore")),
             restore_failure=_string(data, "restoreFailure", limit=MAX_RESTORE_FAILURE),
             restore_failure_round=_opt_int(data, "restoreFailureRound"),
+            compute_seconds=_opt_num(data, "computeSeconds"),
+            compute_samples=_opt_int(data, "computeSamples") or 0,
+            compute_rejected=_opt_int(data, "computeRejected") or 0,
+            preflight_seconds=_opt_num(data, "preflightSeconds"),
         )
 
     @classmethod

@@ -66,6 +66,9 @@ POD_LOST = "pod-lost"
 POD_IGNORED = "pod-ignored"
 """Operator-counted: a ``pod-failure`` that a failure-policy rule with action ``Ignore``
 matched; free."""
+STRAGGLER = "straggler"
+"""Operator-counted: the pods of a node found a straggler were replaced (``spec.health``
+``stragglers.action: Replace``); free."""
 ETCD_RECOVERED = RestartReason.ETCD_RECOVERED.value
 """Operator-counted: once per managed etcd it recreated."""
 

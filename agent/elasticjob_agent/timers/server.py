@@ -12,7 +12,9 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
+from elasticjob_agent.protocol.compute import ComputeFigure
 from elasticjob_agent.protocol.hang_timeout import AutoSettings, StepIntervals
+from elasticjob_agent.timers.compute import ComputeTimes
 from elasticjob_agent.timers.steps import StepProgress, first_step
 from elasticjob_agent.timers.table import Expired, TimerMessage, TimerMessageError, TimerTable
 from elasticjob_agent.timers.torch_fifo import TorchTimerFifo
@@ -46,6 +48,8 @@ class TimerServer:
         """The latest step of the last round that had one (step, Unix time)."""
         self._intervals = None if auto_timeout is None else StepIntervals(auto_timeout)
         """With an automatic progress timeout: the pace learned from the step reports."""
+        self._compute = ComputeTimes()
+        """The current group's compute time per step (``progress.step_timer``)."""
         if os.path.exists(path):
             os.unlink(path)
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -74,8 +78,12 @@ class TimerServer:
     def submit(self, msg: TimerMessage) -> None:
         """Apply one message (from any transport); a message of a current worker is progress."""
         with self._lock:
-            if msg.op in ("step", "done", "heartbeat"):
+            if msg.op in ("step", "done", "heartbeat", "compute"):
                 msg = self._from_worker(msg)
+            if msg.op == "compute":
+                if msg.pid in self._table.pids:  # a stopped group's late timing is no timing
+                    self._compute.observe(msg.pid, msg.seconds)
+                return
             if self._table.apply(msg):
                 self._last_progress = self._clock()
                 if msg.step is not None:
@@ -115,6 +123,7 @@ class TimerServer:
                 self._previous = (self._steps.step, self._steps.at)
             self._steps = None
             self._first = None
+            self._compute.reset()
             if self._intervals is not None:
                 self._intervals = self._intervals.new_round()
 
@@ -142,6 +151,11 @@ class TimerServer:
         when it was last reported (``None``: no earlier round had one)."""
         with self._lock:
             return self._previous
+
+    def compute(self) -> ComputeFigure:
+        """The current group's compute time per step (``timers.compute``)."""
+        with self._lock:
+            return self._compute.figure()
 
     def learned_timeout(self) -> float | None:
         """The automatic progress timeout in force (``protocol.hang_timeout``); ``None`` without

@@ -8,6 +8,8 @@ import signal
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from elasticjob_agent.protocol.compute import valid_seconds
+
 DEFAULT_SIGNAL = int(signal.SIGKILL)
 """What an expired timer's worker gets unless its client asked for another signal."""
 
@@ -29,6 +31,9 @@ class TimerMessage:
     """Sent to the worker when the timer expires; ``<= 0``: only report it (torch's rule)."""
     step: int | None = None
     """``op == "step"``: the training step the worker reports (``progress.report_step``)."""
+    seconds: float | None = None
+    """``op == "compute"``: the worker's compute time of one step (``progress.step_timer``);
+    ``None`` when what it sent is not a plausible duration (``protocol.compute.valid_seconds``)."""
 
     @classmethod
     def decode(cls, raw: bytes) -> TimerMessage:
@@ -38,7 +43,7 @@ class TimerMessage:
             pid = data["pid"]
         except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as exc:
             raise TimerMessageError(f"not a timer message: {raw[:200]!r}") from exc
-        known = ("acquire", "release", "heartbeat", "step", "done")
+        known = ("acquire", "release", "heartbeat", "step", "done", "compute")
         if op not in known or not isinstance(pid, int):
             raise TimerMessageError(f"not a timer message: {raw[:200]!r}")
         deadline = data.get("deadline")
@@ -47,7 +52,8 @@ class TimerMessage:
         step = data.get("step")
         if op == "step" and (type(step) is not int or not 0 <= step <= MAX_STEP):
             raise TimerMessageError(f"step without an integer in 0..{MAX_STEP}: {raw[:200]!r}")
-        return cls(op, pid, str(data.get("scope", "default")), deadline, step=step)
+        seconds = valid_seconds(data.get("seconds")) if op == "compute" else None
+        return cls(op, pid, str(data.get("scope", "default")), deadline, step=step, seconds=seconds)
 
     @classmethod
     def decode_torch(cls, line: bytes) -> TimerMessage:

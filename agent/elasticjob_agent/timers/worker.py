@@ -71,6 +71,27 @@ def report_done() -> None:
     _send({"op": "done", "pid": os.getpid()})
 
 
+def report_compute(seconds: float) -> None:
+    """Tell the agent this worker computed for ``seconds`` in one training step
+    (``elasticjob_agent.progress``). Never raises: a value that is not a plausible duration is
+    ignored by the agent and counted (``computeRejected`` in its health report)."""
+    value = seconds if isinstance(seconds, int | float) and not isinstance(seconds, bool) else None
+    _send({"op": "compute", "pid": os.getpid(), "seconds": value})
+
+
+@contextmanager
+def step_timer() -> Iterator[None]:
+    """Time the block as this step's compute (``elasticjob_agent.progress``): wall time on a
+    monotonic clock, sent when the block ends without an exception (a failed step is no
+    timing). Wrap work that does not wait for other ranks (see ``progress``)."""
+    if not os.environ.get(TIMER_SOCKET_ENV):
+        yield  # outside the agent: nothing to time, nothing to send
+        return
+    began = time.perf_counter()
+    yield
+    report_compute(time.perf_counter() - began)
+
+
 def heartbeat() -> None:
     """Tell the agent this worker is making progress (shown as ``lastProgress``)."""
     _send({"op": "heartbeat", "pid": os.getpid()})

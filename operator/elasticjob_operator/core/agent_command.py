@@ -105,6 +105,7 @@ def agent_args(spec: JobSpec, target: AgentTarget, argv: Sequence[str]) -> list[
             if spec.progress_auto is not None
             else []
         ),
+        *(["--preflight"] if spec.health.preflight else []),
         *(
             # Inline JSON; "$" doubled because Kubernetes expands $(VAR) in a container's args.
             [f"--failure-policy={spec.failure_policy.dumps().replace('$', '$$')}"]

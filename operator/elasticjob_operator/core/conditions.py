@@ -37,6 +37,10 @@ class ConditionType(StrEnum):
     INVALID_SPEC = "InvalidSpec"
     """The spec cannot be run as written (the message names the field); the operator waits for
     a fixed spec."""
+    STRAGGLER = "Straggler"
+    """A node's compute time per step stays above ``spec.health.stragglers.factor`` times the
+    other nodes' median (reason ``SlowNode``; the message names the node); False with reason
+    ``Replaced`` or ``Recovered`` after one was (``stragglers.py``)."""
     REQUEST_REJECTED = "RequestRejected"
     """The API server refused a request of the operator (403, 422, 400), with its message;
     the operator retries with a growing back-off until the cause is fixed."""

@@ -13,6 +13,8 @@ The rule (docs/operator.md, "Restart semantics"):
   whose agent never joined a completed round: no agent could have counted the restart.
   A replaced pod whose agent had joined is not counted by the operator (the agents counted the
   group restart its loss caused).
+- ``straggler`` is counted by the operator alone, per pod it replaced because its node was a
+  straggler (``spec.health.stragglers.action: Replace``); free.
 - ``failure``, ``timer``, ``hang`` and ``pod-failure`` spend ``maxRestarts``
   (``SPENDS_BUDGET``); the job fails when they exceed it (``budget_spent``, the agents' own
   rule). The rest is free.
@@ -31,6 +33,7 @@ from elasticjob_agent.protocol.restarts import (
     POD_IGNORED,
     POD_LOST,
     SPENDS_BUDGET,
+    STRAGGLER,
     RestartReason,
 )
 from elasticjob_agent.protocol.restarts import budget_exhausted as budget_spent
@@ -44,6 +47,7 @@ __all__ = [
     "POD_IGNORED",
     "POD_LOST",
     "SPENDS_BUDGET",
+    "STRAGGLER",
     "budget_spent",
     "bump",
     "failures",

@@ -34,6 +34,7 @@ from .checkpointing import (
     with_checkpoint_memory,
 )
 from .kueue_names import EXTRAS_PRIORITY_ANNOTATION, PRIORITY_LABEL, QUEUE_LABEL
+from .stragglers_spec import HealthSpec, HealthSpecError, parse_health
 
 TRAINER_CONTAINER = "trainer"
 MIN_PROGRESS_TIMEOUT_SECONDS = 10
@@ -211,6 +212,8 @@ class JobSpec:
     ``None``: fixed (``progress_timeout_seconds``) or off."""
     failure_policy: FailurePolicy = dataclasses.field(default_factory=FailurePolicy)
     """``spec.failurePolicy``: what a failure that would spend the budget does instead."""
+    health: HealthSpec = dataclasses.field(default_factory=HealthSpec)
+    """``spec.health``: stragglers (``stragglers_spec.py``)."""
 
     @property
     def trainer_index(self) -> int:
@@ -314,7 +317,15 @@ def parse_spec(spec: Mapping[str, Any], *, etcd_image: str | None = None) -> Job
         template=copy.deepcopy(dict(template)),
         progress_auto=_progress(spec),
         failure_policy=_failure_policy(spec),
+        health=_health(spec),
     )
+
+
+def _health(spec: Mapping[str, Any]) -> HealthSpec:
+    try:
+        return parse_health(spec.get("health"))
+    except HealthSpecError as exc:
+        raise SpecError(str(exc)) from None
 
 
 def _failure_policy(spec: Mapping[str, Any]) -> FailurePolicy:

@@ -23,6 +23,7 @@ from .evidence import full_json
 from .observed import StartFailure, parse_time
 from .progress import ProgressState
 from .recovery import Goodput, Recovery
+from .stragglers_status import StragglerEntry, entries_from_json, entries_to_json
 
 
 class Phase(StrEnum):
@@ -100,6 +101,9 @@ class JobStatus:
     """Training time kept over wall time since the job started (``recovery.account``)."""
     checkpoint: CheckpointStatus = field(default_factory=CheckpointStatus)
     """What the agents' checkpoints kept (``checkpoint_status.py``)."""
+    stragglers: tuple[StragglerEntry, ...] = ()
+    """Nodes whose compute time per step stands out, and nodes replaced for it
+    (``stragglers_status.py``)."""
 
     def evolve(self, **changes: Any) -> JobStatus:
         return replace(self, **changes)
@@ -158,6 +162,7 @@ class JobStatus:
             "lastRecovery": None if self.last_recovery is None else self.last_recovery.to_json(),
             "goodput": None if self.goodput is None else self.goodput.to_json(),
             "checkpoint": None if self.checkpoint.empty else self.checkpoint.to_json(),
+            "stragglers": entries_to_json(self.stragglers),
         }
 
     @classmethod
@@ -225,6 +230,7 @@ class JobStatus:
             last_recovery=Recovery.from_json(data.get("lastRecovery")),
             goodput=Goodput.from_json(data.get("goodput")),
             checkpoint=CheckpointStatus.from_json(data.get("checkpoint")),
+            stragglers=entries_from_json(data.get("stragglers")),
         )
 
 

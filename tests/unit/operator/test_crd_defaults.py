@@ -23,6 +23,7 @@ from elasticjob_agent.protocol.hang_timeout import AutoSettings
 from elasticjob_agent.protocol.restarts import JOB_MAX_RESTARTS_DEFAULT
 from elasticjob_agent.rendezvous.config import RendezvousConfig
 from elasticjob_agent.supervision.worker_env import AgentKnobs
+from elasticjob_operator.core import stragglers_spec
 from elasticjob_operator.core.spec import EtcdSpec, JobSpec, NcclSpec, RendezvousSpec, parse_spec
 
 CRD = Path(__file__).parents[3] / "crds" / "elasticjob.yaml"
@@ -77,6 +78,10 @@ PARSED: dict[str, Callable[[JobSpec], object]] = {
     "spec.nccl.monitoring": lambda s: s.nccl.monitoring,
     "spec.runPolicy.suspend": lambda s: s.run_policy.suspend,
     "spec.runPolicy.cleanPodPolicy": lambda s: s.run_policy.clean_pod_policy,
+    "spec.health.stragglers.factor": lambda s: s.health.stragglers.factor,
+    "spec.health.stragglers.windowSeconds": lambda s: s.health.stragglers.window_seconds,
+    "spec.health.stragglers.action": lambda s: s.health.stragglers.action,
+    "spec.health.preflight": lambda s: s.health.preflight,
 }
 """Every CRD field with a scalar default, and where ``parse_spec`` puts it."""
 
@@ -137,6 +142,16 @@ def test_the_spec_dataclasses_default_to_the_same_facts() -> None:
     assert spec.rendezvous == RendezvousSpec()
     assert spec.nccl == NcclSpec()
     assert spec.etcd.key_prefix == EtcdSpec().key_prefix
+
+
+def test_the_health_defaults_have_one_home() -> None:
+    """``spec.health``'s defaults live in ``stragglers_spec`` (operator-side facts)."""
+    crd = schema_defaults()
+    assert _same(crd["spec.health.stragglers.factor"], stragglers_spec.DEFAULT_FACTOR)
+    windows = crd["spec.health.stragglers.windowSeconds"]
+    assert _same(windows, stragglers_spec.DEFAULT_WINDOW_SECONDS)
+    assert crd["spec.health.stragglers.action"] == stragglers_spec.StragglerAction.REPORT.value
+    assert stragglers_spec.StragglerSpec() == empty_spec().health.stragglers
 
 
 def test_the_agent_without_flags_uses_the_same_facts() -> None:

@@ -49,6 +49,7 @@ from .recoveries import track_recovery
 from .rejection import Rejection, note_rejection
 from .reports import mark_joined, merge_reports, note_invalid_reports
 from .stalls import no_progress, note_start_failures, track_progress, track_stall
+from .stragglers import avoid_nodes, avoided_nodes, track_stragglers
 from .summary import summarize
 from .suspend import suspend
 from .terminal import finish, finish_cleanup, peers_still_exiting, succeeded, terminal_failure
@@ -106,7 +107,10 @@ def plan(
     return replace(
         result,
         status=result.status.evolve(conditions=conditions),
-        actions=(*guard(job, spec, status, observed, policies), *result.actions),
+        actions=(
+            *guard(job, spec, status, observed, policies),
+            *avoid_nodes(result.actions, avoided_nodes(result.status.stragglers)),
+        ),
     )
 
 
@@ -210,6 +214,9 @@ def _plan(
     track_recovery(draft, status, observed, now)
     sample_saved_step(draft, status, observed)
     note_rewind(draft, status)
+    track_stragglers(
+        draft, job, spec, observed=observed, current=current, now=now, hold=admission.hold
+    )
     if track_stall(draft, spec, stall, now):
         finish(
             draft,

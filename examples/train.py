@@ -62,7 +62,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from elasticjob_agent.checkpoint.sampler import ElasticSampler
-from elasticjob_agent.progress import report_done, report_step
+from elasticjob_agent.progress import report_done, report_step, step_timer
 from torch import nn
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel
@@ -336,10 +336,16 @@ def main(argv: list[str] | None = None) -> int:
         for step in range(start, args.steps):
             began = time.monotonic()
             inject_failure(args, rank, step)
-            indices, x, y = next(stream)
             optim.zero_grad()
-            logits = ddp(x)
-            own: torch.Tensor = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+            # The rank's own compute, which the operator compares across nodes to find a
+            # straggler: the batch and the forward pass only (the backward pass waits for the
+            # slowest rank, so it would make every node look as slow as that one).
+            with step_timer():
+                indices, x, y = next(stream)
+                logits = ddp(x)
+                own: torch.Tensor = F.cross_entropy(
+                    logits.reshape(-1, logits.shape[-1]), y.reshape(-1)
+                )
             own.backward()  # type: ignore[no-untyped-call]
             optim.step()
             sampler.advance(len(indices))

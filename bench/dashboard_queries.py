@@ -72,7 +72,13 @@ def selection(dashboard: Mapping[str, Any], chosen: Mapping[str, str]) -> dict[s
     unknown = sorted(set(chosen) - set(names))
     if unknown:
         raise ValueError(f"the dashboard has no variable {', '.join(unknown)} (has {names})")
-    return {name: re.escape(chosen[name]) if name in chosen else ".*" for name in names}
+    return {name: promql_regex(chosen[name]) if name in chosen else ".*" for name in names}
+
+
+def promql_regex(value: str) -> str:
+    """A regex matching exactly ``value``, written for a PromQL double-quoted string (whose own
+    escapes need each backslash of the regex doubled, as Grafana writes it)."""
+    return re.escape(value).replace("\\", "\\\\")
 
 
 def finite_points(result: Iterable[Mapping[str, Any]]) -> int:

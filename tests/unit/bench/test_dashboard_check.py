@@ -4,6 +4,7 @@ written as Kubernetes service discovery, the labels the chart documents)."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -31,12 +32,26 @@ def test_every_panel_target_is_a_query_and_row_panels_hold_none() -> None:
 
 def test_choosing_a_job_fills_every_variable_and_leaves_nothing_unexpanded() -> None:
     chosen = dq.selection(DASHBOARD, {"namespace": "ej-dash", "job": "train-demo"})
-    assert chosen == {"namespace": "ej\\-dash", "job": "train\\-demo", "run_id": ".*"}
+    assert chosen == {"namespace": "ej\\\\-dash", "job": "train\\\\-demo", "run_id": ".*"}
     for target in dq.targets(DASHBOARD):
         expr = target.expanded(chosen, "30s")
         assert "$" not in expr, expr
         if "$namespace" in target.expr:
-            assert 'namespace=~"ej\\-dash"' in expr, expr
+            assert 'namespace=~"ej\\\\-dash"' in expr, expr
+
+
+def test_an_exact_value_is_a_regex_promql_accepts() -> None:
+    # promtool (Debian's, the release of the Prometheus the bench runs) parses the query.
+    expr = f'up{{namespace=~"{dq.promql_regex("ej-dash.v1")}"}}'
+    assert expr == 'up{namespace=~"ej\\\\-dash\\\\.v1"}'
+    done = subprocess.run(
+        ["promtool", "check", "rules", "/dev/stdin"],
+        input=yaml.safe_dump({"groups": [{"name": "g", "rules": [{"record": "r", "expr": expr}]}]}),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr + done.stdout
 
 
 def test_unknown_variables_are_refused() -> None:

@@ -56,6 +56,9 @@ ETCD_IMAGE = f"quay.io/coreos/etcd:{ETCD_VERSION}"
 COREDNS_IMAGE = f"registry.k8s.io/coredns/coredns:{COREDNS_VERSION}"
 #: The real nodes' pod sandbox (containerd's ``sandbox_image``).
 PAUSE_IMAGE = f"registry.k8s.io/pause:{PAUSE_VERSION}"
+PROMETHEUS_DEBIAN_VERSION = _VERSIONS["PROMETHEUS_DEBIAN_VERSION"]
+#: Prometheus from Debian's package, as a pod (``bench/dashboard_check.py``).
+PROMETHEUS_IMAGE = "localhost/elasticjob/prometheus:" + PROMETHEUS_DEBIAN_VERSION.split("+")[0]
 #: The images built from this repository, tagged with its release.
 OPERATOR_IMAGE = "ghcr.io/elasticjob/elasticjob-operator:0.1.0"
 TRAINING_IMAGE = "ghcr.io/elasticjob/training-example:0.1.0"

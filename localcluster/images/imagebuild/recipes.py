@@ -355,6 +355,28 @@ def coredns_build(ctx: Context) -> None:
     podman_build(ctx, COREDNS.ref, context, HERE / "coredns" / "Containerfile")
 
 
+# Prometheus ---------------------------------------------------------------------
+
+
+def prometheus_inputs(ctx: Context) -> tuple[list[str], list[Path], Path]:
+    version = VERSIONS["PROMETHEUS_DEBIAN_VERSION"]
+    return [version], [HERE / "prometheus" / "Containerfile"], REPO
+
+
+def prometheus_build(ctx: Context) -> None:
+    context = build_context(ctx, "prometheus")
+    podman_build(
+        ctx,
+        PROMETHEUS.ref,
+        context,
+        HERE / "prometheus" / "Containerfile",
+        build_args={
+            "BASE_IMAGE": BASE_REF,
+            "PROMETHEUS_DEBIAN_VERSION": VERSIONS["PROMETHEUS_DEBIAN_VERSION"],
+        },
+    )
+
+
 PAUSE = Recipe("pause", VERSIONS["PAUSE_IMAGE"], None, True, pause_inputs, pause_build)
 BASE = Recipe("base", BASE_REF, None, False, base_inputs, base_build)
 TORCH_BASE = Recipe(
@@ -385,5 +407,15 @@ COREDNS = Recipe(
     coredns_inputs,
     coredns_build,
 )
+PROMETHEUS = Recipe(
+    "prometheus",
+    VERSIONS["PROMETHEUS_IMAGE"],
+    "base",
+    True,
+    prometheus_inputs,
+    prometheus_build,
+)
 # In build order: the pause image first (nodes need it before anything else).
-RECIPES = {r.name: r for r in (PAUSE, BASE, OPERATOR, TORCH_BASE, TRAINING, ETCD, COREDNS)}
+RECIPES = {
+    r.name: r for r in (PAUSE, BASE, OPERATOR, TORCH_BASE, TRAINING, ETCD, COREDNS, PROMETHEUS)
+}

@@ -118,3 +118,5 @@ def test_the_recipes_build_the_refs_the_local_cluster_runs() -> None:
     assert refs["pause"] == versions.PAUSE_IMAGE
     assert refs["operator"] == versions.OPERATOR_IMAGE
     assert refs["training"] == versions.TRAINING_IMAGE
+    assert refs["prometheus"] == versions.PROMETHEUS_IMAGE
+    assert versions.PROMETHEUS_DEBIAN_VERSION.startswith(versions.PROMETHEUS_IMAGE.split(":")[1])

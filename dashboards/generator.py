@@ -437,15 +437,17 @@ def rows() -> tuple[Row, ...]:
             (
                 _timeseries(
                     "Recovery time by phase",
-                    "Seconds of the recoveries in each interval, stacked by phase: detect (fault"
-                    " to restart), rendezvous (to the new round), restore (to the first step's"
-                    " start), first_step (status.lastRecovery); empty while nothing failed.",
+                    "Mean seconds of the job's recoveries so far, stacked by phase: detect"
+                    " (fault to restart), rendezvous (to the new round), restore (to the first"
+                    " step's start), first_step (status.lastRecovery); empty while nothing"
+                    " failed. A mean since the operator started rather than a rate: recoveries"
+                    " are rare, so most scrape intervals hold none.",
                     [
                         Query(
-                            "sum by (namespace, job, phase) (increase("
-                            f"elasticjob_recovery_seconds_sum{{{JOB}}}[$__rate_interval]))"
-                            " / sum by (namespace, job, phase) (increase("
-                            f"elasticjob_recovery_seconds_count{{{JOB}}}[$__rate_interval]))",
+                            "sum by (namespace, job, phase) ("
+                            f"elasticjob_recovery_seconds_sum{{{JOB}}})"
+                            " / sum by (namespace, job, phase) ("
+                            f"elasticjob_recovery_seconds_count{{{JOB}}})",
                             "{{namespace}}/{{job}} {{phase}}",
                         )
                     ],

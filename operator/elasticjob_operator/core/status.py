@@ -22,6 +22,7 @@ from .conditions import rfc3339
 from .evidence import full_json
 from .observed import StartFailure, parse_time
 from .progress import ProgressState
+from .quarantine import AvoidedNode, read
 from .recovery import Goodput, Recovery
 
 
@@ -100,6 +101,8 @@ class JobStatus:
     """Training time kept over wall time since the job started (``recovery.account``)."""
     checkpoint: CheckpointStatus = field(default_factory=CheckpointStatus)
     """What the agents' checkpoints kept (``checkpoint_status.py``)."""
+    avoided_nodes: tuple[AvoidedNode, ...] = ()
+    """Nodes the job's new worker pods keep off, and nodes watched for it (``quarantine.py``)."""
 
     def evolve(self, **changes: Any) -> JobStatus:
         return replace(self, **changes)
@@ -158,6 +161,7 @@ class JobStatus:
             "lastRecovery": None if self.last_recovery is None else self.last_recovery.to_json(),
             "goodput": None if self.goodput is None else self.goodput.to_json(),
             "checkpoint": None if self.checkpoint.empty else self.checkpoint.to_json(),
+            "avoidedNodes": [e.to_json() for e in self.avoided_nodes],
         }
 
     @classmethod
@@ -225,6 +229,7 @@ class JobStatus:
             last_recovery=Recovery.from_json(data.get("lastRecovery")),
             goodput=Goodput.from_json(data.get("goodput")),
             checkpoint=CheckpointStatus.from_json(data.get("checkpoint")),
+            avoided_nodes=read(data.get("avoidedNodes")),
         )
 
 

@@ -24,6 +24,7 @@ from .. import names, progress
 from ..conditions import ConditionType, set_condition, stamp_generation
 from ..netpol import PolicySettings
 from ..observed import Observed, current_workers, without_witnessed_nodes
+from ..quarantine import QuarantineSettings
 from ..spec import JobSpec
 from ..stall import StallSettings, classify
 from ..status import JobStatus, Phase
@@ -45,6 +46,7 @@ from .actions import (
 from .checkpoints import merge_checkpoints, note_rewind, sample_saved_step
 from .etcd import manage_etcd
 from .policy import note_policy
+from .quarantine import keep_off, kept_off, move_off_bad_nodes, note_failures
 from .recoveries import track_recovery
 from .rejection import Rejection, note_rejection
 from .reports import mark_joined, merge_reports, note_invalid_reports
@@ -83,6 +85,7 @@ def plan(
     settings: StallSettings | None = None,
     services: frozenset[str] = frozenset(),
     policies: PolicySettings | None = None,
+    quarantine: QuarantineSettings | None = None,
 ) -> Plan:
     """Decide the next status and actions of one job.
 
@@ -90,7 +93,8 @@ def plan(
     its existing Services; ``policies`` whom the job's NetworkPolicies let in, when they are to
     be created in this step (``None``: not). Nothing here performs I/O or reads the clock. Every
     condition of the result carries ``observedGeneration`` = ``generation``. The actions that
-    guard the job (``access.py``) come first.
+    guard the job (``access.py``) come first; every worker pod the step creates keeps off the
+    job's bad nodes (``quarantine.py``, settings ``quarantine``).
     """
     result = _plan(
         job,
@@ -101,12 +105,14 @@ def plan(
         now=now,
         settings=settings,
         services=services,
+        quarantine=quarantine,
     )
     conditions = stamp_generation(result.status.conditions, generation)
+    avoid = kept_off(result.status, observed.node_conditions)
     return replace(
         result,
         status=result.status.evolve(conditions=conditions),
-        actions=(*guard(job, spec, status, observed, policies), *result.actions),
+        actions=(*guard(job, spec, status, observed, policies), *keep_off(result.actions, avoid)),
     )
 
 
@@ -120,6 +126,7 @@ def _plan(
     now: float,
     settings: StallSettings | None = None,
     services: frozenset[str] = frozenset(),
+    quarantine: QuarantineSettings | None = None,
 ) -> Plan:
     settings = settings or StallSettings()
     draft = Draft(
@@ -137,6 +144,9 @@ def _plan(
         return draft.freeze()
 
     merge_reports(draft, observed, now, settings.root_cause_window)
+    note_failures(
+        draft, status, quarantine or QuarantineSettings(), settings.root_cause_window, now
+    )
     merge_checkpoints(draft, observed)
     note_policy(draft, observed, workers, now)
     note_invalid_reports(draft, observed)
@@ -190,6 +200,7 @@ def _plan(
         )
 
     etcd_view = manage_etcd(draft, job, spec, observed, now, settings=settings)
+    move_off_bad_nodes(draft, spec, observed, now)
     admission = manage_workers(draft, job, spec, observed, now)
 
     current = current_workers(observed.workers, draft.status.attempts)

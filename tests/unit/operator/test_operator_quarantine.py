@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+import yaml
 from elasticjob_agent.protocol.failure import WorkerFailure
 from elasticjob_operator.core import planning, quarantine
 from elasticjob_operator.core.evidence import CauseKind, Evidence
@@ -24,6 +25,7 @@ from tests.support.operator_model import (
     report,
     started,
 )
+from tests.support.paths import REPO
 
 POD = "demo-worker-1-0"
 KILLED = WorkerFailure(local_rank=0, time=T0 + 4, rank=2, signal="SIGKILL", round=1)
@@ -270,3 +272,16 @@ def test_the_anti_affinity_joins_every_term_of_the_templates_own() -> None:
     plain = with_avoided_nodes(build_worker_pod(JOB, job_spec(), 0, 0), ["n1"])
     assert _kept_off(plain) == ["n1"]
     assert with_avoided_nodes(plain, []) == plain
+
+
+def test_the_crd_holds_what_the_operator_writes() -> None:
+    crd = yaml.safe_load((REPO / "crds" / "elasticjob.yaml").read_text())
+    status = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+    schema = status["properties"]["avoidedNodes"]
+    assert schema["maxItems"] == quarantine.MAX_ENTRIES
+    fields = schema["items"]["properties"]
+    assert set(fields["reason"]["enum"]) == {quarantine.FAILURES, quarantine.NODE_CONDITION}
+    assert fields["message"]["maxLength"] == quarantine.MAX_MESSAGE
+    assert fields["node"]["maxLength"] == quarantine.MAX_NODE_NAME
+    entry = AvoidedNode("n", quarantine.NODE_CONDITION, 0, T0, True, "m", saved_step=3)
+    assert set(entry.to_json()) == set(fields)

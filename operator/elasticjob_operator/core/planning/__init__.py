@@ -10,7 +10,8 @@ One module per concern of a step, in the order ``plan`` runs them: ``reports`` (
 counted and said) with ``causes`` (the job's root cause, ranked job-wide), ``checkpoints``
 (what their checkpoints kept, and why the step went back), ``policy`` (the
 failure-policy decisions they made), ``terminal`` (failed, succeeded, cleaned up), ``suspend``,
-``workers`` and ``etcd`` (the objects), ``stalls``, ``recoveries`` (what a failure cost) and
+``workers`` and ``etcd`` (the objects; ``quarantine`` keeps the job's pods off its bad
+nodes), ``stalls``, ``recoveries`` (what a failure cost) and
 ``summary``; ``access`` creates what guards the job (its NetworkPolicies and etcd certificates),
 ``actions`` holds what a step decides and ``rejection`` the condition for a request the API
 server refused.

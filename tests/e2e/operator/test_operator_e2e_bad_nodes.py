@@ -102,7 +102,7 @@ def test_a_node_condition_moves_the_pod_off_the_node(
             assert any(node in f["values"] for t in terms for f in t["matchFields"]), terms
         reasons = _event_reasons(cluster, ns, name)
         assert "NodeConditionMove" in reasons and "BadNodeCondition" in reasons, reasons
-    except AssertionError as exc:
+    except (AssertionError, TimeoutError) as exc:
         raise AssertionError(f"{exc}\n{evidence(cluster, ns, name, operator)}") from None
 
 
@@ -136,18 +136,22 @@ def test_a_node_whose_workers_are_killed_twice_is_avoided_by_the_replacement(
         assert "NodeAvoided" in _event_reasons(cluster, ns, name)
 
         cluster.kubectl("delete", "pod", victim, "-n", ns, "--wait=false")
-        replacement = f"{name}-worker-1-1"
-        placed = cluster.wait_for(
-            f"{replacement} scheduled",
-            lambda: _live(cluster, ns).get(replacement, {}).get("spec", {}).get("nodeName"),
-            timeout=120,
-        )
+
+        def replacement() -> str | None:
+            """The new pod of index 1, once scheduled."""
+            for pod_name, pod in _live(cluster, ns).items():
+                if pod_name.startswith(f"{name}-worker-1-") and pod_name != victim:
+                    return pod_name if pod["spec"].get("nodeName") else None
+            return None
+
+        new = cluster.wait_for("the replacement of index 1 scheduled", replacement, timeout=120)
+        placed = _live(cluster, ns)[new]["spec"]["nodeName"]
         assert placed != node
-        terms = _live(cluster, ns)[replacement]["spec"]["affinity"]["nodeAffinity"][
+        terms = _live(cluster, ns)[new]["spec"]["affinity"]["nodeAffinity"][
             "requiredDuringSchedulingIgnoredDuringExecution"
         ]["nodeSelectorTerms"]
-        assert all(node in f["values"] for t in terms for f in t["matchFields"]), terms
-    except AssertionError as exc:
+        assert all(any(node in f["values"] for f in t["matchFields"]) for t in terms), terms
+    except (AssertionError, TimeoutError) as exc:
         raise AssertionError(f"{exc}\n{evidence(cluster, ns, name, operator)}") from None
 
 

@@ -68,9 +68,10 @@ def _kept_off(manifest: Any) -> list[str]:
     terms = manifest["spec"]["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"
     ]["nodeSelectorTerms"]
-    found = {tuple(f["values"]) for t in terms for f in t["matchFields"]}
-    assert len(found) == 1, terms
-    return list(found.pop())
+    per_term = [[v for f in t["matchFields"] for v in f["values"]] for t in terms]
+    assert all(len(f["values"]) == 1 for t in terms for f in t["matchFields"]), terms
+    assert all(p == per_term[0] for p in per_term), terms
+    return per_term[0]
 
 
 @pytest.mark.parametrize(
@@ -262,8 +263,13 @@ def test_the_anti_affinity_joins_every_term_of_the_templates_own() -> None:
         "nodeSelectorTerms"
     ]
     assert [t["matchExpressions"][0]["values"] for t in terms] == [["a"], ["b"]]
+    # One node per requirement: the API server refuses more than one value for a field.
     assert all(
-        t["matchFields"] == [{"key": "metadata.name", "operator": "NotIn", "values": ["n1", "n2"]}]
+        t["matchFields"]
+        == [
+            {"key": "metadata.name", "operator": "NotIn", "values": ["n1"]},
+            {"key": "metadata.name", "operator": "NotIn", "values": ["n2"]},
+        ]
         for t in terms
     )
     assert affinity["podAntiAffinity"] == {"x": 1}

@@ -122,9 +122,11 @@ _bad_seen: dict[str, tuple[NodeCondition, ...]] = {}
 @kopf.index("nodes")
 async def elasticjob_bad_nodes(
     *, body: kopf.Body, name: str, memo: Any, **_: Any
-) -> dict[str, tuple[NodeCondition, ...]] | None:
-    """Each node's bad conditions (``ELASTICJOB_BAD_NODE_CONDITIONS``); a healthy node is not
-    kept. A node that turns bad or healthy wakes every job (rare: jobs move off it at once)."""
+) -> dict[str, tuple[NodeCondition, ...]]:
+    """Each node's bad conditions (``ELASTICJOB_BAD_NODE_CONDITIONS``), empty for a healthy
+    node (kopf keeps an object's last value when its index handler returns ``None``, so a node
+    that turns healthy must say so). A node that turns bad or healthy wakes every job (rare:
+    jobs move off it at once)."""
     settings: OperatorSettings | None = getattr(memo, "settings", None)
     bad = bad_conditions(body, settings.node_conditions if settings is not None else ())
     if _bad_seen.get(name, ()) != bad:
@@ -134,7 +136,7 @@ async def elasticjob_bad_nodes(
             _bad_seen.pop(name, None)
         for event in _wakeups.values():
             event.set()
-    return {name: bad} if bad else None
+    return {name: bad}
 
 
 @kopf.on.event(names.GROUP, names.VERSION, names.PLURAL)
@@ -201,7 +203,7 @@ async def reconcile_job(
                             list(pods_index.get((namespace, name), [])),
                             frozenset(n for n, lost in _flatten(nodes_index) if lost),
                             frozenset(services_index.get((namespace, name), [])),
-                            node_conditions={n: c for n, s in bad_index.items() for c in s},
+                            node_conditions={n: c for n, s in bad_index.items() for c in s if c},
                         ),
                     )
                     if result is None:

@@ -5,9 +5,11 @@ never counted as a failure, and the job's new worker pods keep off every bad nod
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
+from elasticjob_operator import handlers
 from elasticjob_operator.core import planning, quarantine
 from elasticjob_operator.core.node_conditions import (
     MAX_CONDITION_MESSAGE,
@@ -218,3 +220,16 @@ def test_new_pods_keep_off_every_bad_node_and_every_avoided_one() -> None:
     assert "matchFields" not in str(etcd)  # only the workers are the job's to move
     # Pods on no bad node are not listed and do not move.
     assert [e.node for e in result.status.avoided_nodes] == ["node-x", "node-y"]
+
+
+async def test_the_node_index_says_when_a_node_turns_healthy_again() -> None:
+    """kopf keeps an object's last indexed value when the handler returns ``None``: the index
+    handler returns an empty entry for a healthy node, so a condition that is over is over."""
+    memo = SimpleNamespace(settings=OperatorSettings(node_conditions=("GpuUnhealthy",)))
+    bad = _node({"type": "GpuUnhealthy", "status": "True"})
+    healthy = _node({"type": "GpuUnhealthy", "status": "False"})
+    index = cast(Any, handlers.elasticjob_bad_nodes)  # kopf's decorator types it for kopf
+    got = await index(body=bad, name="n", memo=memo)
+    assert [c.type for c in got["n"]] == ["GpuUnhealthy"]
+    got = await index(body=healthy, name="n", memo=memo)
+    assert got == {"n": ()}

@@ -20,6 +20,7 @@ from . import collector, metrics, probes
 from .core import names, retry
 from .core.conditions import ConditionType, set_condition
 from .core.names import JobRef
+from .core.node_conditions import NodeCondition, bad_conditions
 from .core.observed import node_lost, pod_view
 from .core.spec import SpecError, generation_of
 from .kube import Kube, KubeError, PermanentKubeError
@@ -114,6 +115,30 @@ async def elasticjob_lost_nodes(*, body: kopf.Body, name: str, **_: Any) -> dict
     return {name: node_lost(body)}
 
 
+_bad_seen: dict[str, tuple[NodeCondition, ...]] = {}
+"""Each bad node's conditions as last indexed: a change wakes every job's loop."""
+
+
+@kopf.index("nodes")
+async def elasticjob_bad_nodes(
+    *, body: kopf.Body, name: str, memo: Any, **_: Any
+) -> dict[str, tuple[NodeCondition, ...]]:
+    """Each node's bad conditions (``ELASTICJOB_BAD_NODE_CONDITIONS``), empty for a healthy
+    node (kopf keeps an object's last value when its index handler returns ``None``, so a node
+    that turns healthy must say so). A node that turns bad or healthy wakes every job (rare:
+    jobs move off it at once)."""
+    settings: OperatorSettings | None = getattr(memo, "settings", None)
+    bad = bad_conditions(body, settings.node_conditions if settings is not None else ())
+    if _bad_seen.get(name, ()) != bad:
+        if bad:
+            _bad_seen[name] = bad
+        else:
+            _bad_seen.pop(name, None)
+        for event in _wakeups.values():
+            event.set()
+    return {name: bad}
+
+
 @kopf.on.event(names.GROUP, names.VERSION, names.PLURAL)
 async def job_changed(
     *, type: str | None, namespace: str | None, name: str, uid: str, **_: Any
@@ -145,6 +170,7 @@ async def reconcile_job(
     pods_index: kopf.Index[tuple[str, str], OwnedPod] = kwargs["elasticjob_pods"]
     services_index: kopf.Index[tuple[str, str], str] = kwargs["elasticjob_services"]
     nodes_index: kopf.Index[str, bool] = kwargs["elasticjob_lost_nodes"]
+    bad_index: kopf.Index[str, tuple[NodeCondition, ...]] = kwargs["elasticjob_bad_nodes"]
     settings: OperatorSettings = memo.settings
     job = JobRef(namespace, name, uid)
     wake = _wakeups.setdefault((namespace, name), asyncio.Event())
@@ -177,6 +203,7 @@ async def reconcile_job(
                             list(pods_index.get((namespace, name), [])),
                             frozenset(n for n, lost in _flatten(nodes_index) if lost),
                             frozenset(services_index.get((namespace, name), [])),
+                            node_conditions={n: c for n, s in bad_index.items() for c in s if c},
                         ),
                     )
                     if result is None:

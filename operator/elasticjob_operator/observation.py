@@ -4,12 +4,13 @@ and the probes of the agents and etcd (``probe_rounds.py``), reduced to an ``Obs
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from . import probes
 from .core import cadence, kueue, names, planning
 from .core.names import JobRef
+from .core.node_conditions import NodeCondition
 from .core.observed import Observed, PodPhase, PodView, current_etcd
 from .core.spec import EtcdMode, JobSpec
 from .core.status import JobStatus
@@ -49,9 +50,11 @@ class Observer:
         etcd_pods: tuple[PodView, ...],
         lost_nodes: frozenset[str],
         due: Callable[[], cadence.Due],
+        node_conditions: Mapping[str, tuple[NodeCondition, ...]] | None = None,
     ) -> Observation:
         """The job's ``Observed``; ``due`` says which probes are due, asked once the Secret is
-        read. A finished job is probed no more. Raises ``KubeError``."""
+        read; ``node_conditions``: the nodes with a bad condition, carried as they are. A
+        finished job is probed no more. Raises ``KubeError``."""
         if status.phase.finished:
             self._rounds.reset()
             observed = Observed(workers=workers, etcd_pods=etcd_pods, lost_nodes=lost_nodes)
@@ -85,6 +88,7 @@ class Observer:
             reports_fresh=answers.reports_fresh,
             kueue_reason=kueue_reason,
             tls_secret_missing=tls.secret_missing,
+            node_conditions=dict(node_conditions or {}),
         )
         return Observation(observed, tls.tls, rejection)
 

@@ -21,6 +21,7 @@ from .core import cadence, kueue, names, planning, progress
 from .core.loop_settings import LoopSettings
 from .core.manifests import owned_by
 from .core.names import JobRef
+from .core.node_conditions import NodeCondition
 from .core.observed import PodView
 from .core.spec import SpecError, generation_of, parse_job
 from .core.stall import StallSettings
@@ -87,11 +88,16 @@ class JobLoop:
         pods: Iterable[OwnedPod],
         lost_nodes: frozenset[str],
         services: frozenset[str],
+        node_conditions: Mapping[str, tuple[NodeCondition, ...]] | None = None,
     ) -> StepResult:
-        """One reconcile step; raises ``SpecError`` (unusable spec) or ``KubeError`` (API)."""
+        """One reconcile step; raises ``SpecError`` (unusable spec) or ``KubeError`` (API).
+        ``node_conditions``: the nodes with a bad condition (``core/node_conditions.py``)."""
         generation = generation_of(body)
         views = [p.view for p in pods if p.owner_uid == self._job.uid]
+        bad_nodes = dict(node_conditions or {})
         inputs = inputs_of(generation, views, lost_nodes, services)
+        if bad_nodes:  # a node turning bad breaks a steady job's calm
+            inputs = (inputs, tuple(sorted(bad_nodes.items())))
         confirmed = await self._confirm_steady(inputs)
         if confirmed is not None:
             return confirmed
@@ -99,7 +105,13 @@ class JobLoop:
         result = "error"
         try:
             outcome = await self._step(
-                body, generation, views, inputs=inputs, lost_nodes=lost_nodes, services=services
+                body,
+                generation,
+                views,
+                inputs=inputs,
+                lost_nodes=lost_nodes,
+                services=services,
+                node_conditions=bad_nodes,
             )
             result = "ok"
             return outcome
@@ -137,6 +149,7 @@ class JobLoop:
         inputs: object,
         lost_nodes: frozenset[str],
         services: frozenset[str],
+        node_conditions: Mapping[str, tuple[NodeCondition, ...]],
     ) -> StepResult:
         # Observe: the body (parsed once), the indexes, then the Secret, Kueue and the probes.
         job = self._job
@@ -159,6 +172,7 @@ class JobLoop:
             etcd_pods=tuple(v for v in views if v.role == names.ROLE_ETCD),
             lost_nodes=lost_nodes,
             due=due,
+            node_conditions=node_conditions,
         )
         self._tls = seen.tls
 
@@ -174,6 +188,7 @@ class JobLoop:
             settings=self._stall_settings(),
             services=services,
             policies=None if self._policies_created else self._settings.policies,
+            quarantine=self._settings.quarantine,
         )
 
         # Act: the status first when the plan commits a counter, then every action.

@@ -21,6 +21,7 @@ from typing import Any
 from .core import leadership, netpol
 from .core.cadence import CadenceSettings
 from .core.loop_settings import LoopSettings
+from .core.quarantine import QuarantineSettings
 from .core.stall import StallSettings
 from .logs import LOG_FORMATS
 
@@ -227,6 +228,30 @@ VARIABLES: tuple[Variable, ...] = (
         _number,
     ),
     Variable(
+        "loop.quarantine.failures",
+        "ELASTICJOB_QUARANTINE_FAILURES",
+        _default_of(QuarantineSettings, "failures"),
+        "Hardware-like failures of a job's workers on one node (node lost, a signal from "
+        "outside, a device error) within the window that make the job's new pods avoid the "
+        "node; 0 turns the quarantine off.",
+        _count,
+    ),
+    Variable(
+        "loop.quarantine.window",
+        "ELASTICJOB_QUARANTINE_WINDOW_SECONDS",
+        _default_of(QuarantineSettings, "window"),
+        "Seconds within which those failures count.",
+        _number,
+    ),
+    Variable(
+        "node_conditions",
+        "ELASTICJOB_BAD_NODE_CONDITIONS",
+        (),
+        "Node condition types (comma-separated, e.g. ``GpuUnhealthy,KernelDeadlock``) that make "
+        "a node bad while their status is True: jobs move their pods off it; empty: none.",
+        _names,
+    ),
+    Variable(
         "probe_concurrency",
         "ELASTICJOB_PROBE_CONCURRENCY",
         128,
@@ -297,6 +322,8 @@ class OperatorSettings:
     loop: LoopSettings = field(default_factory=LoopSettings)
     """Reconcile interval, stall thresholds and a steady job's probe periods (``loop.*`` rows),
     and the jobs' NetworkPolicies (``_policies``)."""
+    node_conditions: tuple[str, ...] = _default("node_conditions")
+    """Node condition types that make a node bad (``core/node_conditions.py``)."""
     probe_concurrency: int = _default("probe_concurrency")
     leader_election: bool = _default("leader_election")
     lease_namespace: str = _default("lease_namespace")
@@ -328,6 +355,7 @@ class OperatorSettings:
             **section("loop."),
             stall=StallSettings(**section("loop.stall.")),
             cadence=CadenceSettings(**section("loop.cadence.")),
+            quarantine=QuarantineSettings(**section("loop.quarantine.")),
             policies=_policies(env, values["lease_namespace"]),
         )
         return cls(

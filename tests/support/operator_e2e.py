@@ -32,6 +32,9 @@ RBAC_DENIAL = re.compile(
     r'forbidden: User "[^"]*" cannot |APIForbiddenError|\b403 Forbidden\b|["\']code["\']: 403\b'
 )
 POOL = [f"ejop-{i}" for i in range(1, 25)]
+BAD_NODE_CONDITION = "ElasticJobTestUnhealthy"
+"""The node condition type the test operator treats as bad (``ELASTICJOB_BAD_NODE_CONDITIONS``):
+no real node component sets it, so only the test that sets it moves pods."""
 """Namespaces the operator watches; each test takes the next one."""
 
 
@@ -76,6 +79,7 @@ class OperatorProcess:
             "ELASTICJOB_LEASE_RETRY_PERIOD_SECONDS": "1",
             # The progress test's 40 s of steps see two samples.
             "ELASTICJOB_PROGRESS_SAMPLE_SECONDS": "10",
+            "ELASTICJOB_BAD_NODE_CONDITIONS": BAD_NODE_CONDITION,
         }
         env.pop("KUBERNETES_SERVICE_HOST", None)
         args = [str(REPO / ".venv" / "bin" / "elasticjob-operator")]

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from . import cadence
 from .netpol import PolicySettings
+from .quarantine import QuarantineSettings
 from .stall import StallSettings
 
 
@@ -35,3 +36,5 @@ class LoopSettings:
     ``etcd.image``); empty: ``spec.EtcdSpec.image``."""
     policies: PolicySettings | None = None
     """Create the job's NetworkPolicies letting these peers in; ``None``: create none."""
+    quarantine: QuarantineSettings = field(default_factory=QuarantineSettings)
+    """When a node is avoided for the job's failures on it (``quarantine.py``)."""

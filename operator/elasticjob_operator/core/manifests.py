@@ -6,7 +6,7 @@ Each builder takes what it needs as arguments and returns a new dict; none reads
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from elasticjob_agent.protocol.checkpoint import DEFAULT_PORT as CHECKPOINT_PORT
@@ -484,3 +484,34 @@ def owned_by(obj: Mapping[str, Any], uid: str) -> bool:
     """Whether ``obj`` has a controller owner reference to the job with ``uid``."""
     refs = (obj.get("metadata") or {}).get("ownerReferences") or []
     return any(r.get("uid") == uid and r.get("controller") for r in refs)
+
+
+def with_avoided_nodes(pod: Mapping[str, Any], nodes: Collection[str]) -> dict[str, Any]:
+    """``pod`` (a manifest) kept off ``nodes``: a required node affinity on each node's name
+    (``metadata.name NotIn``, one node each: the API server takes one value per field
+    requirement), added to every term of the template's own required affinity (its terms are
+    ORed, so each must exclude the nodes), or as the one term when it has none. The template's
+    preferences and other affinities stay as they are."""
+    result = copy.deepcopy(dict(pod))
+    if not nodes:
+        return result
+    keep_off = [
+        {"key": "metadata.name", "operator": "NotIn", "values": [node]}
+        for node in sorted(set(nodes))
+    ]
+    spec = result.setdefault("spec", {})
+    affinity = spec.setdefault("affinity", {})
+    node_affinity = affinity.setdefault("nodeAffinity", {})
+    required = node_affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
+    terms = [t for t in required.get("nodeSelectorTerms") or [] if isinstance(t, Mapping)]
+    required["nodeSelectorTerms"] = [
+        {
+            **t,
+            "matchFields": [
+                *(f for f in t.get("matchFields") or [] if f not in keep_off),
+                *keep_off,
+            ],
+        }
+        for t in terms or [{}]
+    ]
+    return result

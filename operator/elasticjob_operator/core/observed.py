@@ -28,6 +28,7 @@ from elasticjob_agent.protocol.health import HealthReport
 from . import names
 from .agent_command import AGENT
 from .kueue_names import admission_gated
+from .node_conditions import NodeCondition
 
 START_FAILURE_REASONS = frozenset(
     {
@@ -200,6 +201,9 @@ class Observed:
     tls_secret_missing: bool = False
     """The managed etcd's certificates Secret is needed and does not exist (the plan creates
     it); ``False`` also when it was not looked for (no TLS, external etcd, a finished job)."""
+    node_conditions: Mapping[str, tuple[NodeCondition, ...]] = field(default_factory=dict)
+    """Nodes with a bad condition now (``node_conditions.bad_conditions``), by name; only
+    those nodes."""
 
 
 def current_workers(pods: Sequence[PodView], attempts: Mapping[int, int]) -> dict[int, PodView]:

@@ -22,6 +22,7 @@ from .conditions import rfc3339
 from .evidence import full_json
 from .observed import StartFailure, parse_time
 from .progress import ProgressState
+from .quarantine import AvoidedNode, read
 from .recovery import Goodput, Recovery
 from .stragglers_status import StragglerEntry, entries_from_json, entries_to_json
 
@@ -104,6 +105,8 @@ class JobStatus:
     stragglers: tuple[StragglerEntry, ...] = ()
     """Nodes whose compute time per step stands out, and nodes replaced for it
     (``stragglers_status.py``)."""
+    avoided_nodes: tuple[AvoidedNode, ...] = ()
+    """Nodes the job's new worker pods keep off, and nodes watched for it (``quarantine.py``)."""
 
     def evolve(self, **changes: Any) -> JobStatus:
         return replace(self, **changes)
@@ -163,6 +166,7 @@ class JobStatus:
             "goodput": None if self.goodput is None else self.goodput.to_json(),
             "checkpoint": None if self.checkpoint.empty else self.checkpoint.to_json(),
             "stragglers": entries_to_json(self.stragglers),
+            "avoidedNodes": [e.to_json() for e in self.avoided_nodes],
         }
 
     @classmethod
@@ -231,6 +235,7 @@ class JobStatus:
             goodput=Goodput.from_json(data.get("goodput")),
             checkpoint=CheckpointStatus.from_json(data.get("checkpoint")),
             stragglers=entries_from_json(data.get("stragglers")),
+            avoided_nodes=read(data.get("avoidedNodes")),
         )
 
 

@@ -10,7 +10,8 @@ One module per concern of a step, in the order ``plan`` runs them: ``reports`` (
 counted and said) with ``causes`` (the job's root cause, ranked job-wide), ``checkpoints``
 (what their checkpoints kept, and why the step went back), ``policy`` (the
 failure-policy decisions they made), ``terminal`` (failed, succeeded, cleaned up), ``suspend``,
-``workers`` and ``etcd`` (the objects), ``stalls``, ``recoveries`` (what a failure cost) and
+``workers`` and ``etcd`` (the objects; ``quarantine`` keeps the job's pods off its bad
+nodes), ``stalls``, ``recoveries`` (what a failure cost) and
 ``summary``; ``access`` creates what guards the job (its NetworkPolicies and etcd certificates),
 ``actions`` holds what a step decides and ``rejection`` the condition for a request the API
 server refused.
@@ -24,6 +25,7 @@ from .. import names, progress
 from ..conditions import ConditionType, set_condition, stamp_generation
 from ..netpol import PolicySettings
 from ..observed import Observed, current_workers, without_witnessed_nodes
+from ..quarantine import QuarantineSettings
 from ..spec import JobSpec
 from ..stall import StallSettings, classify
 from ..status import JobStatus, Phase
@@ -45,11 +47,12 @@ from .actions import (
 from .checkpoints import merge_checkpoints, note_rewind, sample_saved_step
 from .etcd import manage_etcd
 from .policy import note_policy
+from .quarantine import keep_off, kept_off, move_off_bad_nodes, note_failures
 from .recoveries import track_recovery
 from .rejection import Rejection, note_rejection
 from .reports import mark_joined, merge_reports, note_invalid_reports
 from .stalls import no_progress, note_start_failures, track_progress, track_stall
-from .stragglers import avoid_nodes, avoided_nodes, track_stragglers
+from .stragglers import avoided_nodes, track_stragglers
 from .summary import summarize
 from .suspend import suspend
 from .terminal import finish, finish_cleanup, peers_still_exiting, succeeded, terminal_failure
@@ -84,6 +87,7 @@ def plan(
     settings: StallSettings | None = None,
     services: frozenset[str] = frozenset(),
     policies: PolicySettings | None = None,
+    quarantine: QuarantineSettings | None = None,
 ) -> Plan:
     """Decide the next status and actions of one job.
 
@@ -91,7 +95,8 @@ def plan(
     its existing Services; ``policies`` whom the job's NetworkPolicies let in, when they are to
     be created in this step (``None``: not). Nothing here performs I/O or reads the clock. Every
     condition of the result carries ``observedGeneration`` = ``generation``. The actions that
-    guard the job (``access.py``) come first.
+    guard the job (``access.py``) come first; every worker pod the step creates keeps off the
+    job's bad nodes (``quarantine.py``, settings ``quarantine``).
     """
     result = _plan(
         job,
@@ -102,15 +107,20 @@ def plan(
         now=now,
         settings=settings,
         services=services,
+        quarantine=quarantine,
     )
     conditions = stamp_generation(result.status.conditions, generation)
+    # The job's bad nodes and its replaced stragglers, one affinity term each.
+    avoid = tuple(
+        sorted(
+            set(kept_off(result.status, observed.node_conditions))
+            | avoided_nodes(result.status.stragglers)
+        )
+    )
     return replace(
         result,
         status=result.status.evolve(conditions=conditions),
-        actions=(
-            *guard(job, spec, status, observed, policies),
-            *avoid_nodes(result.actions, avoided_nodes(result.status.stragglers)),
-        ),
+        actions=(*guard(job, spec, status, observed, policies), *keep_off(result.actions, avoid)),
     )
 
 
@@ -124,6 +134,7 @@ def _plan(
     now: float,
     settings: StallSettings | None = None,
     services: frozenset[str] = frozenset(),
+    quarantine: QuarantineSettings | None = None,
 ) -> Plan:
     settings = settings or StallSettings()
     draft = Draft(
@@ -141,6 +152,9 @@ def _plan(
         return draft.freeze()
 
     merge_reports(draft, observed, now, settings.root_cause_window, worker_pods=spec.worker_pods)
+    note_failures(
+        draft, status, quarantine or QuarantineSettings(), settings.root_cause_window, now
+    )
     merge_checkpoints(draft, observed)
     note_policy(draft, observed, workers, now)
     note_invalid_reports(draft, observed)
@@ -194,6 +208,7 @@ def _plan(
         )
 
     etcd_view = manage_etcd(draft, job, spec, observed, now, settings=settings)
+    move_off_bad_nodes(draft, spec, observed, now)
     admission = manage_workers(draft, job, spec, observed, now)
 
     current = current_workers(observed.workers, draft.status.attempts)

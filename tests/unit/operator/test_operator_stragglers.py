@@ -12,7 +12,7 @@ from elasticjob_operator.core import planning, restarts
 from elasticjob_operator.core.conditions import ConditionType, find_condition
 from elasticjob_operator.core.manifests import build_worker_pod
 from elasticjob_operator.core.observed import Observed, PodPhase, PodView
-from elasticjob_operator.core.planning.stragglers import NODE_NAME_FIELD, without_nodes
+from elasticjob_operator.core.planning.stragglers import NODE_NAME_FIELD
 from elasticjob_operator.core.spec import SpecError
 from elasticjob_operator.core.status import JobStatus
 from elasticjob_operator.core.stragglers import (
@@ -281,42 +281,6 @@ def test_replace_moves_the_slow_nodes_pod_elsewhere_counted_as_straggler() -> No
     assert again["metadata"]["name"] == "demo-worker-0-1"
     assert "node-c" in str(again["spec"]["affinity"])
     assert later.status.stragglers == found.status.stragglers  # the avoided node is kept
-
-
-def test_without_nodes_adds_the_exclusion_to_every_term_of_the_template() -> None:
-    pod = {
-        "spec": {
-            "affinity": {
-                "nodeAffinity": {
-                    "requiredDuringSchedulingIgnoredDuringExecution": {
-                        "nodeSelectorTerms": [
-                            {
-                                "matchExpressions": [
-                                    {"key": "zone", "operator": "In", "values": ["x"]}
-                                ]
-                            },
-                            {
-                                "matchFields": [
-                                    {"key": "metadata.name", "operator": "In", "values": ["n"]}
-                                ]
-                            },
-                        ]
-                    }
-                },
-                "podAffinity": {"keep": True},
-            }
-        }
-    }
-    result = without_nodes(pod, frozenset({"bad-2", "bad-1"}))
-    terms = result["spec"]["affinity"]["nodeAffinity"][
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    ]["nodeSelectorTerms"]
-    exclusion = {"key": NODE_NAME_FIELD, "operator": "NotIn", "values": ["bad-1", "bad-2"]}
-    assert [t["matchFields"][-1] for t in terms] == [exclusion, exclusion]
-    assert terms[0]["matchExpressions"][0]["key"] == "zone"
-    assert terms[1]["matchFields"][0]["values"] == ["n"]
-    assert result["spec"]["affinity"]["podAffinity"] == {"keep": True}
-    assert "nodeSelectorTerms" in str(pod) and "bad-1" not in str(pod)  # the input is unchanged
 
 
 # --- the metric ---------------------------------------------------------------------------------

@@ -6,10 +6,8 @@ worker pods (a required node affinity ``NotIn`` on every pod the step creates).
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from typing import Any
 
 from .. import manifests, names, restarts
 from ..conditions import ConditionType, find_condition, set_condition
@@ -18,7 +16,7 @@ from ..spec import JobSpec
 from ..stragglers import judge, judge_preflight, node_figures, node_of
 from ..stragglers_spec import StragglerAction
 from ..stragglers_status import PREFLIGHT, StragglerEntry, avoided_nodes
-from .actions import Action, CreateObject, DeletePod, Draft
+from .actions import CreateObject, DeletePod, Draft
 
 NODE_NAME_FIELD = "metadata.name"
 """The node field an avoided node is matched by (``matchFields``: the node's own name, which a
@@ -148,41 +146,4 @@ def _condition(
     )
 
 
-def avoid_nodes(actions: Iterable[Action], nodes: frozenset[str]) -> tuple[Action, ...]:
-    """``actions`` with every worker pod to create kept off ``nodes`` (a required node affinity
-    ``matchFields metadata.name NotIn``, added to each of the template's own terms: they are
-    alternatives, and the avoided nodes must be off in every one)."""
-    if not nodes:
-        return tuple(actions)
-    return tuple(
-        CreateObject(without_nodes(a.manifest, nodes))
-        if isinstance(a, CreateObject) and _is_worker_pod(a.manifest)
-        else a
-        for a in actions
-    )
-
-
-def without_nodes(pod: Mapping[str, Any], nodes: frozenset[str]) -> dict[str, Any]:
-    """A copy of ``pod`` that the scheduler places on none of ``nodes``."""
-    result = copy.deepcopy(dict(pod))
-    spec = result.setdefault("spec", {})
-    affinity = spec.setdefault("affinity", {}) or {}
-    spec["affinity"] = affinity
-    node_affinity = affinity.setdefault("nodeAffinity", {}) or {}
-    affinity["nodeAffinity"] = node_affinity
-    required = node_affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {}) or {}
-    node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = required
-    terms = required.get("nodeSelectorTerms") or [{}]
-    expression = {"key": NODE_NAME_FIELD, "operator": "NotIn", "values": sorted(nodes)}
-    required["nodeSelectorTerms"] = [
-        {**term, "matchFields": [*(term.get("matchFields") or []), expression]} for term in terms
-    ]
-    return result
-
-
-def _is_worker_pod(manifest: Mapping[str, Any]) -> bool:
-    labels = (manifest.get("metadata") or {}).get("labels") or {}
-    return manifest.get("kind") == "Pod" and labels.get(names.LABEL_ROLE) == names.ROLE_WORKER
-
-
-__all__ = ["avoid_nodes", "avoided_nodes", "track_stragglers", "without_nodes"]
+__all__ = ["NODE_NAME_FIELD", "avoided_nodes", "track_stragglers"]

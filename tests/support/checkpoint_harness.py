@@ -38,7 +38,8 @@ def _env(extra: dict[str, str]) -> dict[str, str]:
 
 class Node:
     """One node's checkpoint service. ``memory``: its shared-memory directory (a tmpfs);
-    ``persist``: its own local disk path, or None."""
+    ``persist``: its own local disk path, or None; ``replicas``: peers each shard is copied
+    to (None: the service's default)."""
 
     def __init__(
         self,
@@ -52,6 +53,7 @@ class Node:
         persist: bool = False,
         timeout: float = 20.0,
         memory: Path | None = None,
+        replicas: int | None = None,
     ) -> None:
         self.name = name
         self.work = base / name
@@ -69,6 +71,8 @@ class Node:
         }
         if self.persist is not None:
             env["ELASTICJOB_CHECKPOINT_PERSIST_DIR"] = str(self.persist)
+        if replicas is not None:
+            env["ELASTICJOB_CHECKPOINT_REPLICAS"] = str(replicas)
         if tls is not None:
             env.update(
                 ELASTICJOB_CHECKPOINT_CACERT=str(tls["ca"]),

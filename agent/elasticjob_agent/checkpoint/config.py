@@ -19,6 +19,8 @@ from elasticjob_agent.protocol.checkpoint import (
     DEFAULT_DIR,
     DEFAULT_KEEP,
     DEFAULT_PORT,
+    DEFAULT_REPLICAS,
+    MAX_REPLICAS,
     SOCKET_ENV,
 )
 from elasticjob_agent.protocol.integers import IntegerError, bounded_int
@@ -44,6 +46,8 @@ class CheckpointSettings:
     """Bytes of checkpoint data (own shards and replicas, all steps kept) one node may hold."""
     keep: int = DEFAULT_KEEP
     """Steps kept in memory (and on the persistence path)."""
+    replicas: int = DEFAULT_REPLICAS
+    """Peer nodes each of this node's shards is copied to (the next ones in node order)."""
     directory: str = DEFAULT_DIR
     """Where shards live in memory: a tmpfs shared by the agent and its workers."""
     persist_dir: str | None = None
@@ -62,6 +66,8 @@ class CheckpointSettings:
             raise ValueError(f"{p.MEMORY_LIMIT_ENV} must be positive")
         if not 1 <= self.keep <= 100:
             raise ValueError(f"{p.KEEP_ENV} must be in 1..100, got {self.keep}")
+        if not 1 <= self.replicas <= MAX_REPLICAS:
+            raise ValueError(f"{p.REPLICAS_ENV} must be in 1..{MAX_REPLICAS}, got {self.replicas}")
         if not 0 <= self.port < 65536:
             raise ValueError(f"{p.PORT_ENV} must be 0..65535, got {self.port}")
         if not math.isfinite(self.transfer_timeout) or self.transfer_timeout <= 0:
@@ -76,6 +82,7 @@ def settings_from_env(env: Mapping[str, str]) -> CheckpointSettings | None:
         return None
     limit = parse_size(limit_text, p.MEMORY_LIMIT_ENV)
     keep = _int(env, p.KEEP_ENV, DEFAULT_KEEP)
+    replicas = _int(env, p.REPLICAS_ENV, DEFAULT_REPLICAS)
     port = _int(env, p.PORT_ENV, DEFAULT_PORT)
     timeout_text = env.get(p.TIMEOUT_ENV, "60")
     try:
@@ -95,6 +102,7 @@ def settings_from_env(env: Mapping[str, str]) -> CheckpointSettings | None:
     return CheckpointSettings(
         memory_limit=limit,
         keep=keep,
+        replicas=replicas,
         directory=env.get(p.MEMORY_DIR_ENV) or DEFAULT_DIR,
         persist_dir=env.get(p.PERSIST_DIR_ENV) or None,
         port=port,

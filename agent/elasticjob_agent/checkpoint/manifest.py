@@ -33,6 +33,7 @@ __all__ = [
     "newest_common",
     "parse_size",
     "successor",
+    "successors",
 ]
 
 MANIFEST_NAME = "manifest.json"
@@ -242,10 +243,16 @@ def holder_shards(records: Mapping[str, HolderRecord]) -> dict[ShardId, list[Hol
 
 
 def successor(nodes: Iterable[str], me: str) -> str | None:
-    """The node that keeps ``me``'s replicas: the next node id after ``me`` in sorted order
-    (wrapping), so with N nodes each holds exactly one other node's replicas."""
+    """The first of ``successors``: the next node id after ``me`` in sorted order (wrapping);
+    ``None`` when ``me`` is alone."""
+    found = successors(nodes, me, 1)
+    return found[0] if found else None
+
+
+def successors(nodes: Iterable[str], me: str, count: int) -> list[str]:
+    """The nodes that keep ``me``'s replicas: the ``count`` node ids after ``me`` in sorted
+    order, wrapping (fewer when there are fewer other nodes; ``me`` need not be in ``nodes``).
+    With ``count`` replicas the shards of any ``count`` nodes lost together stay on a survivor."""
     others = sorted(n for n in set(nodes) if n != me)
-    if not others:
-        return None
-    after = [n for n in others if n > me]
-    return after[0] if after else others[0]
+    ring = [n for n in others if n > me] + [n for n in others if n < me]
+    return ring[: max(count, 0)]

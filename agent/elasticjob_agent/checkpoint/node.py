@@ -7,7 +7,8 @@ workers through ``checkpoint.service`` and its peers through ``checkpoint.peer``
 - Save: ``reserve`` (the limit is checked here, before the rank copies anything), the rank
   writes its files into the reservation's directory (the only time training blocks), then
   ``commit``, which returns at once. A background thread checksums the shard, installs it,
-  publishes it in etcd, pushes it to the successor node's agent and queues it for persistence.
+  publishes it in etcd, pushes it to the agents of the next ``replicas`` nodes (in node
+  order, each push on its own) and queues it for persistence.
 - Load: ``candidates`` lists the shards this node can reach (its memory, every peer's record in
   etcd, the persistence path); the ranks agree on a step (``checkpoint.api``); ``fetch`` then
   makes a verified copy of one shard local, trying this node's memory, then each peer that
@@ -27,7 +28,7 @@ from typing import Protocol
 
 from elasticjob_agent.checkpoint import peer
 from elasticjob_agent.checkpoint.config import CheckpointSettings
-from elasticjob_agent.checkpoint.manifest import HolderRecord, ShardId, successor
+from elasticjob_agent.checkpoint.manifest import HolderRecord, ShardId, successors
 from elasticjob_agent.checkpoint.persist import Persister, copy_shard
 from elasticjob_agent.checkpoint.resize import RestoreReport
 from elasticjob_agent.checkpoint.store import (
@@ -163,22 +164,25 @@ class CheckpointNode:
             logger.warning("checkpoint: cannot read the holders to replicate %s: %s", shard, exc)
             self.replication_errors += 1
             return
-        target = successor([n for n, r in records.items() if r.endpoint], self.node)
-        if target is None:
+        endpoints = [n for n, r in records.items() if r.endpoint]
+        targets = successors(endpoints, self.node, self.settings.replicas)
+        if not targets:
             logger.info("checkpoint: no peer to replicate %s to (memory and disk only)", shard)
             return
-        try:
-            peer.push(
-                records[target].endpoint,
-                self.settings.tls,
-                self.memory,
-                shard,
-                timeout=self.settings.transfer_timeout,
-            )
-            logger.info("checkpoint: %s replicated to %s", shard, target)
-        except CheckpointError as exc:
-            self.replication_errors += 1
-            logger.warning("checkpoint: replicating %s to %s failed: %s", shard, target, exc)
+        for target in targets:
+            # each target on its own: one unreachable peer leaves the others their copy
+            try:
+                peer.push(
+                    records[target].endpoint,
+                    self.settings.tls,
+                    self.memory,
+                    shard,
+                    timeout=self.settings.transfer_timeout,
+                )
+                logger.info("checkpoint: %s replicated to %s", shard, target)
+            except CheckpointError as exc:
+                self.replication_errors += 1
+                logger.warning("checkpoint: replicating %s to %s failed: %s", shard, target, exc)
 
     def _work(self) -> None:
         while (job := self._jobs.get()) is not None:

@@ -19,6 +19,8 @@ ENV_PREFIX = "ELASTICJOB_CHECKPOINT_"
 MEMORY_LIMIT_ENV = f"{ENV_PREFIX}MEMORY_LIMIT"
 """Bytes (or ``8Gi``) of checkpoints one node holds; checkpoints are off without it."""
 KEEP_ENV = f"{ENV_PREFIX}KEEP"
+REPLICAS_ENV = f"{ENV_PREFIX}REPLICAS"
+"""How many peer nodes each node's shards are copied to (the next ones in node order)."""
 MEMORY_DIR_ENV = f"{ENV_PREFIX}MEMORY_DIR"
 """The shared-memory directory (not ``ELASTICJOB_CHECKPOINT_DIR``, which examples/train.py
 reads for its own files)."""
@@ -34,6 +36,9 @@ SOCKET_ENV = f"{ENV_PREFIX}SOCKET"
 
 DEFAULT_PORT = defaults.CHECKPOINT_PORT
 DEFAULT_KEEP = 2
+DEFAULT_REPLICAS = 1
+MAX_REPLICAS = 7
+"""Most peers a shard is copied to (``spec.checkpoint.replicas``' maximum in the CRD)."""
 DEFAULT_DIR = "/dev/shm/elasticjob-checkpoints"
 
 _SIZE = re.compile(r"^([0-9]+)\s*(Ki|Mi|Gi|Ti|k|M|G|T)?$")

@@ -30,10 +30,13 @@ class CheckpointSpec:
     """The checkpoints the agents keep for a job."""
 
     memory_limit: int
-    """Bytes of checkpoints one node holds (its ranks' shards and a peer's replicas)."""
+    """Bytes of checkpoints one node holds (its ranks' shards and up to ``replicas`` peers'
+    replicas)."""
     steps_kept: int = proto.DEFAULT_KEEP
     persist_path: str | None = None
     """Where the agents persist complete shards; the pod template mounts it."""
+    replicas: int = proto.DEFAULT_REPLICAS
+    """Peer nodes each node's shards are copied to."""
 
 
 def parse_checkpoint(raw: Any) -> CheckpointSpec | None:
@@ -59,7 +62,16 @@ def parse_checkpoint(raw: Any) -> CheckpointSpec | None:
         raise CheckpointSpecError(
             f"spec.checkpoint.persistPath must be an absolute path, got {path!r}"
         )
-    return CheckpointSpec(memory, keep, path)
+    replicas = raw.get("replicas", proto.DEFAULT_REPLICAS)
+    if (
+        isinstance(replicas, bool)
+        or not isinstance(replicas, int)
+        or not 1 <= replicas <= proto.MAX_REPLICAS
+    ):
+        raise CheckpointSpecError(
+            f"spec.checkpoint.replicas must be 1-{proto.MAX_REPLICAS}, got {replicas!r}"
+        )
+    return CheckpointSpec(memory, keep, path, replicas)
 
 
 def checkpoint_env(
@@ -70,6 +82,7 @@ def checkpoint_env(
     env: list[dict[str, Any]] = [
         {"name": proto.MEMORY_LIMIT_ENV, "value": str(spec.memory_limit)},
         {"name": proto.KEEP_ENV, "value": str(spec.steps_kept)},
+        {"name": proto.REPLICAS_ENV, "value": str(spec.replicas)},
         {"name": proto.ADDR_ENV, "value": f"$({pod_ip_env})"},
         {"name": proto.PORT_ENV, "value": str(proto.DEFAULT_PORT)},
     ]

@@ -54,6 +54,21 @@ def test_a_lost_node_is_restored_from_its_peer(tmp_path: Path, nodes: Callable[.
     assert replacement.shard_file(3, 0, 2).exists()
 
 
+def test_with_2_replicas_two_nodes_lost_together_are_restored_from_the_survivor(
+    tmp_path: Path, nodes: Callable[..., Node]
+) -> None:
+    # 3 nodes, each shard copied to the next 2 in the ring: a scale from 3 nodes to 1.
+    a, b, c = (nodes(n, replicas=2) for n in ("a", "b", "c"))
+    saved = run_ranks(tmp_path, [a.socket, b.socket, c.socket], "save", "--steps", "1,2")
+    assert all(r["flushed"] and all(ok for _, ok in r["saved"]) for r in saved)
+    assert a.shard_file(2, 1, 3).exists() and a.shard_file(2, 2, 3).exists()
+    b.lose()
+    c.lose()
+    loaded = run_ranks(tmp_path, [a.socket, nodes("b-new").socket, nodes("c-new").socket], "load")
+    assert [(r["step"], r["ok"]) for r in loaded] == [(2, True)] * 3
+    assert [r["source"] for r in loaded] == ["memory", "peer a", "peer a"]
+
+
 def test_a_corrupt_replica_is_never_loaded_the_disk_copy_is(
     tmp_path: Path, nodes: Callable[..., Node]
 ) -> None:

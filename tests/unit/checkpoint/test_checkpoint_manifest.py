@@ -15,6 +15,7 @@ from elasticjob_agent.checkpoint.manifest import (
     newest_common,
     parse_size,
     successor,
+    successors,
 )
 from hypothesis import given
 from hypothesis import strategies as st
@@ -109,6 +110,38 @@ def test_successor_is_a_ring(nodes: list[str], me: str, want: str | None) -> Non
 
 
 @pytest.mark.parametrize(
+    ("nodes", "me", "count", "want"),
+    [
+        (["a"], "a", 2, []),
+        (["a", "b", "c"], "a", 1, ["b"]),
+        (["a", "b", "c"], "a", 2, ["b", "c"]),
+        (["a", "b", "c"], "b", 2, ["c", "a"]),
+        (["a", "b", "c"], "c", 2, ["a", "b"]),
+        # fewer other nodes than replicas: every other node, once
+        (["a", "b", "c"], "b", 5, ["c", "a"]),
+        (["a", "b", "c", "d"], "c", 2, ["d", "a"]),
+        # a node not yet in the list still finds the ones after it
+        (["a", "c", "d"], "b", 2, ["c", "d"]),
+    ],
+)
+def test_successors_are_the_next_nodes_of_the_ring(
+    nodes: list[str], me: str, count: int, want: list[str]
+) -> None:
+    assert successors(nodes, me, count) == want
+
+
+@pytest.mark.parametrize("count", [1, 2, 3])
+def test_any_count_consecutive_nodes_lost_leave_every_nodes_shards_on_a_survivor(
+    count: int,
+) -> None:
+    nodes = [f"worker-{i}" for i in range(5)]
+    for start in range(len(nodes)):
+        lost = {nodes[(start + k) % len(nodes)] for k in range(count)}
+        for me in lost:
+            assert set(successors(nodes, me, count)) - lost, (me, lost)
+
+
+@pytest.mark.parametrize(
     ("text", "want"), [("1024", 1024), ("8Gi", 8 << 30), ("512Mi", 512 << 20), ("2G", 2 * 10**9)]
 )
 def test_parse_size(text: str, want: int) -> None:
@@ -136,6 +169,11 @@ def test_settings_from_env() -> None:
     assert s is not None
     assert (s.memory_limit, s.keep, s.persist_dir, s.port) == (1 << 30, 3, "/data", 29402)
     assert s.tls is not None and s.tls.cert == "/tls/client.crt"
+    assert s.replicas == 1
+    two = settings_from_env(
+        {"ELASTICJOB_CHECKPOINT_MEMORY_LIMIT": "1Gi", "ELASTICJOB_CHECKPOINT_REPLICAS": "2"}
+    )
+    assert two is not None and two.replicas == 2
 
 
 @pytest.mark.parametrize(
@@ -144,6 +182,18 @@ def test_settings_from_env() -> None:
         ({"ELASTICJOB_CHECKPOINT_MEMORY_LIMIT": "lots"}, "MEMORY_LIMIT"),
         ({"ELASTICJOB_CHECKPOINT_MEMORY_LIMIT": "1Gi", "ELASTICJOB_CHECKPOINT_KEEP": "0"}, "KEEP"),
         ({"ELASTICJOB_CHECKPOINT_MEMORY_LIMIT": "1Gi", "ELASTICJOB_CHECKPOINT_KEEP": "x"}, "KEEP"),
+        (
+            {"ELASTICJOB_CHECKPOINT_MEMORY_LIMIT": "1Gi", "ELASTICJOB_CHECKPOINT_REPLICAS": "0"},
+            "ELASTICJOB_CHECKPOINT_REPLICAS",
+        ),
+        (
+            {"ELASTICJOB_CHECKPOINT_MEMORY_LIMIT": "1Gi", "ELASTICJOB_CHECKPOINT_REPLICAS": "8"},
+            "ELASTICJOB_CHECKPOINT_REPLICAS",
+        ),
+        (
+            {"ELASTICJOB_CHECKPOINT_MEMORY_LIMIT": "1Gi", "ELASTICJOB_CHECKPOINT_REPLICAS": "two"},
+            "ELASTICJOB_CHECKPOINT_REPLICAS",
+        ),
         (
             {"ELASTICJOB_CHECKPOINT_MEMORY_LIMIT": "1Gi", "ELASTICJOB_CHECKPOINT_CERT": "/c"},
             "go together",

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from elasticjob_agent.args import parse_args
 from elasticjob_agent.protocol import defaults
-from elasticjob_agent.protocol.checkpoint import DEFAULT_KEEP
+from elasticjob_agent.protocol.checkpoint import DEFAULT_KEEP, DEFAULT_REPLICAS
 from elasticjob_agent.protocol.hang_timeout import AutoSettings
 from elasticjob_agent.protocol.restarts import JOB_MAX_RESTARTS_DEFAULT
 from elasticjob_agent.rendezvous.config import RendezvousConfig
@@ -42,6 +42,7 @@ AGENT_FACTS: dict[str, object] = {
     "spec.nccl.asyncErrorHandling": defaults.NCCL_ASYNC_ERROR_HANDLING,
     "spec.nccl.monitoring": defaults.NCCL_MONITORING,
     "spec.checkpoint.stepsKept": DEFAULT_KEEP,
+    "spec.checkpoint.replicas": DEFAULT_REPLICAS,
     "spec.progress.factor": _AUTO.factor,
     "spec.progress.percentile": _AUTO.percentile,
     "spec.progress.windowSteps": _AUTO.window,
@@ -59,6 +60,7 @@ PARSED: dict[str, Callable[[JobSpec], object]] = {
     "spec.monitorIntervalSeconds": lambda s: s.monitor_interval_seconds,
     "spec.stallTimeoutSeconds": lambda s: s.stall_timeout_seconds,
     "spec.checkpoint.stepsKept": lambda s: s.checkpoint and s.checkpoint.steps_kept,
+    "spec.checkpoint.replicas": lambda s: s.checkpoint and s.checkpoint.replicas,
     "spec.progress.factor": lambda s: s.progress_auto and s.progress_auto.factor,
     "spec.progress.percentile": lambda s: s.progress_auto and s.progress_auto.percentile,
     "spec.progress.windowSteps": lambda s: s.progress_auto and s.progress_auto.window,

@@ -27,6 +27,9 @@ def test_absent_means_off_and_defaults_fill_in() -> None:
     assert parse_checkpoint(
         {"memoryLimit": 1000, "stepsKept": 3, "persistPath": "/ckpt"}
     ) == CheckpointSpec(1000, 3, "/ckpt")
+    assert parse_checkpoint({"memoryLimit": 1000, "replicas": 2}) == CheckpointSpec(
+        1000, 2, None, 2
+    )
 
 
 @pytest.mark.parametrize(
@@ -38,6 +41,9 @@ def test_absent_means_off_and_defaults_fill_in() -> None:
         ({"memoryLimit": "1Gi", "stepsKept": 0}, "stepsKept"),
         ({"memoryLimit": "1Gi", "stepsKept": True}, "stepsKept"),
         ({"memoryLimit": "1Gi", "persistPath": "relative"}, "persistPath"),
+        ({"memoryLimit": "1Gi", "replicas": 0}, "replicas"),
+        ({"memoryLimit": "1Gi", "replicas": 8}, "replicas"),
+        ({"memoryLimit": "1Gi", "replicas": True}, "replicas"),
         ([], "spec.checkpoint"),
     ],
 )
@@ -58,6 +64,7 @@ def test_env_names_the_pod_ip_and_the_jobs_certificates() -> None:
     assert env == {
         "ELASTICJOB_CHECKPOINT_MEMORY_LIMIT": str(1 << 30),
         "ELASTICJOB_CHECKPOINT_KEEP": "2",
+        "ELASTICJOB_CHECKPOINT_REPLICAS": "1",
         "ELASTICJOB_CHECKPOINT_ADDR": "$(POD_IP)",
         "ELASTICJOB_CHECKPOINT_PORT": "29402",
         "ELASTICJOB_CHECKPOINT_PERSIST_DIR": "/ckpt",
@@ -104,13 +111,14 @@ def _trainer(pod: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_a_worker_pod_carries_the_checkpoint_settings_port_and_memory() -> None:
-    spec = job_spec(checkpoint={"memoryLimit": "1Gi", "stepsKept": 3})
+    spec = job_spec(checkpoint={"memoryLimit": "1Gi", "stepsKept": 3, "replicas": 2})
     trainer = _trainer(build_worker_pod(JOB, spec, index=0, attempt=0))
     env = [e["name"] for e in trainer["env"]]
     assert env.index(POD_IP_ENV) < env.index("ELASTICJOB_CHECKPOINT_ADDR")
     values = {e["name"]: e.get("value") for e in trainer["env"]}
     assert values["ELASTICJOB_CHECKPOINT_MEMORY_LIMIT"] == str(1 << 30)
     assert values["ELASTICJOB_CHECKPOINT_KEEP"] == "3"
+    assert values["ELASTICJOB_CHECKPOINT_REPLICAS"] == "2"
     # the managed etcd's client certificate, mounted for the agent, also serves the peer channel
     assert values["ELASTICJOB_CHECKPOINT_CERT"].endswith("/tls.crt")
     assert {"name": "checkpoint", "containerPort": 29402, "protocol": "TCP"} in trainer["ports"]

@@ -78,6 +78,10 @@ def test_a_node_condition_moves_the_pod_off_the_node(
     _set_condition(cluster, node, "True")
 
     def off_the_node(job: dict[str, Any]) -> bool:
+        # The job is read before the pods: its status must already show the move, or a job read
+        # just before the operator's step and pods listed just after it would pass.
+        if not any(e.get("node") == node for e in st(job).get("avoidedNodes") or []):
+            return False
         live = _live(cluster, ns)
         on_node = [n for n, p in live.items() if p["spec"].get("nodeName") == node]
         running = [p for p in live.values() if p["status"].get("phase") == "Running"]
@@ -100,8 +104,13 @@ def test_a_node_condition_moves_the_pod_off_the_node(
                 "requiredDuringSchedulingIgnoredDuringExecution"
             ]["nodeSelectorTerms"]
             assert any(node in f["values"] for t in terms for f in t["matchFields"]), terms
-        reasons = _event_reasons(cluster, ns, name)
-        assert "NodeConditionMove" in reasons and "BadNodeCondition" in reasons, reasons
+        cluster.wait_for(
+            "the NodeConditionMove and BadNodeCondition Events",
+            lambda: (
+                {"NodeConditionMove", "BadNodeCondition"} <= set(_event_reasons(cluster, ns, name))
+            ),
+            timeout=60,
+        )
     except (AssertionError, TimeoutError) as exc:
         raise AssertionError(f"{exc}\n{evidence(cluster, ns, name, operator)}") from None
 

@@ -5,9 +5,13 @@
 # compute, so the suites run as six pytest sessions in three lanes, at most three at a time:
 #
 #   lane   at once, beside the builds          once the builds are done
-#   a      -                                   e2e-realnodes: tests/e2e/realnodes
+#   a      -                                   e2e-realnodes: tests/e2e/realnodes but E2E_MOVED
 #   b      unit+integration (all but agent)    e2e-operator: tests/e2e/operator
-#   c      integration-agent                   e2e-rest: every other directory of tests/e2e
+#   c      integration-agent                   e2e-rest: every other directory of tests/e2e,
+#                                              then e2e-moved: E2E_MOVED
+#
+# E2E_MOVED are real-node modules run in lane c, on a cluster of their own, so that the lanes
+# end at about the same time (the real-node suite alone is the longest session).
 #
 # 1. What the unit and integration suites need first: helm, kubectl and the etcd release
 #    (cached).
@@ -29,7 +33,8 @@ say() { echo "test: [$SECONDS s] $*" >&2; }
 # in no session.
 E2E_OWN=(tests/e2e/realnodes tests/e2e/operator)
 E2E_SKIP=(tests/e2e/kubeflow)
-SESSIONS=(unit+integration integration-agent e2e-realnodes e2e-operator e2e-rest)
+E2E_MOVED=(tests/e2e/realnodes/test_realnodes_resize.py)
+SESSIONS=(unit+integration integration-agent e2e-realnodes e2e-operator e2e-rest e2e-moved)
 
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null; exit 130' INT TERM
@@ -67,7 +72,9 @@ say "integration suites on $("$ELASTICJOB_ETCD" --version | head -1)"
 
 ignores=()
 for dir in "${E2E_OWN[@]}" "${E2E_SKIP[@]}"; do ignores+=(--ignore="$dir"); done
-(after_builds && run e2e-realnodes "$@" tests/e2e/realnodes) &
+moved=()
+for path in "${E2E_MOVED[@]}"; do moved+=(--ignore="$path"); done
+(after_builds && run e2e-realnodes "$@" tests/e2e/realnodes "${moved[@]}") &
 pids+=($!)
 (
   run unit+integration "$@" tests/unit tests/integration --ignore=tests/integration/agent
@@ -77,6 +84,7 @@ pids+=($!)
 (
   run integration-agent "$@" tests/integration/agent
   after_builds && run e2e-rest "$@" tests/e2e "${ignores[@]}"
+  after_builds && run e2e-moved "$@" "${E2E_MOVED[@]}"
 ) &
 pids+=($!)
 

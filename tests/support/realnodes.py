@@ -46,26 +46,34 @@ def restricted_namespace(cluster: LocalCluster, name: str) -> None:
 
 
 @contextlib.contextmanager
-def installed_release(cluster: LocalCluster, scratch: Path) -> Iterator[Release]:
+def installed_release(
+    cluster: LocalCluster,
+    scratch: Path,
+    values: dict[str, Any] | None = None,
+    prefix: str = "ejr",
+) -> Iterator[Release]:
     """The operator installed by ``helm install --wait`` of the chart with default values but
-    the watched namespace, in a ``restricted`` namespace; uninstalled (with its jobs) after.
-    ``scratch``: a directory for the values file."""
+    the watched namespace (and ``values``), in a ``restricted`` namespace; uninstalled (with its
+    jobs) after. ``scratch``: a directory for the values file; ``prefix``: of the release's and
+    its namespaces' names."""
     if len(cluster.real_nodes) < 2:
         pytest.fail(
             f"these tests need 2 real nodes; cluster {cluster.config.name!r} has "
             f"{sorted(cluster.real_nodes)}: set ELASTICJOB_E2E_REAL_NODES=2 (the default)"
         )
     suffix = uuid.uuid4().hex[:6]
-    rel = Release(name=f"ejr{suffix}", system=f"ejrsys-{suffix}", work=f"ejrwork-{suffix}")
+    rel = Release(
+        name=f"{prefix}{suffix}", system=f"{prefix}sys-{suffix}", work=f"{prefix}work-{suffix}"
+    )
     restricted_namespace(cluster, rel.system)
     restricted_namespace(cluster, rel.work)
     # Default values but for what this cluster needs: the watched namespace.
-    values = scratch / f"values-{suffix}.yaml"
-    values.write_text(json.dumps({"watchNamespaces": [rel.work]}))
+    path = scratch / f"values-{suffix}.yaml"
+    path.write_text(json.dumps({"watchNamespaces": [rel.work], **(values or {})}))
     try:
         cluster.helm(
             "install", rel.name, str(CHART), "--namespace", rel.system,
-            "--values", str(values), "--wait", "--timeout", "5m",
+            "--values", str(path), "--wait", "--timeout", "5m",
         )  # fmt: skip
         yield rel
     finally:

@@ -12,7 +12,6 @@ import datetime as dt
 import json
 import signal
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,13 +21,12 @@ import pytest
 from elasticjob_localcluster import LocalCluster
 
 from tests.support.jobs import by_reason, phase, pods, ready_nodes, st
-from tests.support.paths import CHART
 from tests.support.realnodes import (
     Release,
     apply_job,
     diagnostics,
+    installed_release,
     job_manifest,
-    restricted_namespace,
     wait_job,
 )
 
@@ -57,24 +55,8 @@ class Holder:
 def ha_release(cluster: LocalCluster, tmp_path: Path) -> Iterator[Release]:
     """The chart with its default values but two replicas and the watched namespace, in
     ``restricted`` namespaces, on the real nodes (the virtual ones are tainted)."""
-    if len(cluster.real_nodes) < 2:
-        pytest.fail(f"needs 2 real nodes; the cluster has {sorted(cluster.real_nodes)}")
-    suffix = uuid.uuid4().hex[:6]
-    rel = Release(name=f"ejha{suffix}", system=f"ejhasys-{suffix}", work=f"ejhawork-{suffix}")
-    restricted_namespace(cluster, rel.system)
-    restricted_namespace(cluster, rel.work)
-    values = tmp_path / "values.yaml"
-    values.write_text(json.dumps({"watchNamespaces": [rel.work], "replicaCount": 2}))
-    try:
-        cluster.helm(
-            "install", rel.name, str(CHART), "--namespace", rel.system,
-            "--values", str(values), "--wait", "--timeout", "5m",
-        )  # fmt: skip
+    with installed_release(cluster, tmp_path, {"replicaCount": 2}, prefix="ejha") as rel:
         yield rel
-    finally:
-        cluster.kubectl("delete", "ej", "--all", "-n", rel.work, "--wait=false", check=False)
-        cluster.helm("uninstall", rel.name, "--namespace", rel.system, "--wait", check=False)
-        cluster.kubectl("delete", "namespace", rel.work, rel.system, "--wait=false", check=False)
 
 
 def _lease_name(rel: Release) -> str:

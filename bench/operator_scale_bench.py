@@ -67,7 +67,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "localcluster"))
 sys.path.insert(0, str(REPO / "bench"))
 
+import installed_shape as shape  # noqa: E402
 import scale_measures as sm  # noqa: E402
+import yaml  # noqa: E402
+from cgroup_confinement import Confinement  # noqa: E402
 from elasticjob_localcluster import ClusterConfig, LocalCluster, start_cluster  # noqa: E402
 from elasticjob_localcluster.kubeflow import TrainingOperator  # noqa: E402
 
@@ -156,8 +159,22 @@ class ApiError(RuntimeError):
         self.status = status
 
 
+CHART_VALUES = REPO / "charts" / "elasticjob-operator" / "values.yaml"
+
+
+@dataclass
+class Installed:
+    """``--as-installed``: the chart's defaults, the replica's cgroup and its liveness count."""
+
+    limits: shape.InstalledShape
+    confinement: Confinement
+    liveness: shape.LivenessCount
+
+
 class Operator:
-    """One operator replica, a host process (leader election on, as deployed)."""
+    """One operator replica, a host process (leader election on, as deployed); with
+    ``installed``, confined to the chart's default resources, with the chart's arguments and
+    settings, and its liveness probe played by the bench."""
 
     def __init__(
         self,
@@ -166,33 +183,60 @@ class Operator:
         log: Path,
         source: Path | None,
         name: str,
+        *,
+        installed: Installed | None = None,
     ) -> None:
         self.name = name
         self.log = log
+        self.installed = installed
         self.stopping = False
         """Set before the bench stops or kills it: any other exit is a crash to report."""
         self.metrics_port = free_port()
+        self.health_port = free_port()
         env = {
             **cluster.env,
             "POD_NAME": name,  # the Lease's holder identity starts with it
             "PYTHONFAULTHANDLER": "1",  # a crash in C code leaves its traceback in the log
             "ELASTICJOB_METRICS_PORT": str(self.metrics_port),
-            "ELASTICJOB_HEALTH_PORT": str(free_port()),
+            "ELASTICJOB_HEALTH_PORT": str(self.health_port),
             "ELASTICJOB_LEASE_NAMESPACE": LEASE[0],
         }
         if source is not None:  # another revision's operator (and the agent it imports)
             env["PYTHONPATH"] = f"{source / 'operator'}:{source / 'agent'}"
-        self.proc = subprocess.Popen(
-            [
-                str(REPO / ".venv" / "bin" / "python"),
-                "-m",
-                "elasticjob_operator",
-                *(f"--namespace={ns}" for ns in namespaces),
-            ],
-            env=env,
-            stdout=log.open("ab"),
-            stderr=subprocess.STDOUT,
-        )
+        scope = [f"--namespace={ns}" for ns in namespaces]
+        argv = [str(REPO / ".venv" / "bin" / "python"), "-m", "elasticjob_operator"]
+        if installed is not None:
+            env.update(installed.limits.env)
+            if installed.limits.all_namespaces:
+                scope = ["--all-namespaces"]
+            scope.append(f"--liveness=http://127.0.0.1:{self.health_port}/healthz")
+            installed.confinement.start_sampling()
+        argv += scope
+        if installed is not None:
+            argv = installed.confinement.command(argv)
+        self.proc = subprocess.Popen(argv, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT)
+        if installed is not None:
+            threading.Thread(
+                target=self._probe_liveness, name=f"liveness-{name}", daemon=True
+            ).start()
+
+    def _probe_liveness(self) -> None:
+        """The kubelet's liveness probe of the chart, counted (a restart is not carried out:
+        the figures would mix two processes; the run reports it)."""
+        assert self.installed is not None
+        probe = self.installed.limits.liveness
+        time.sleep(probe.initial_delay)
+        url = f"http://127.0.0.1:{self.health_port}/healthz"
+        while self.proc.poll() is None and not self.stopping:
+            began = time.monotonic()
+            try:
+                with urllib.request.urlopen(url, timeout=probe.timeout) as response:
+                    ok = 200 <= response.status < 400
+            except OSError:
+                ok = False
+            if self.proc.poll() is None and not self.stopping:
+                self.installed.liveness.answer(ok)
+            time.sleep(max(0.0, probe.period - (time.monotonic() - began)))
 
     def metrics(self) -> str:
         url = f"http://127.0.0.1:{self.metrics_port}/metrics"
@@ -208,6 +252,10 @@ class Operator:
 
     def rss_mib(self) -> float:
         return rss_mib(self.proc.pid)
+
+    def working_set_mib(self) -> float:
+        """The peak working set of its cgroup since the last call (``--as-installed``)."""
+        return math.nan if self.installed is None else self.installed.confinement.take_peak()
 
     def crashed(self) -> str | None:
         """Why the replica exited when nobody asked it to, with its log's end; else ``None``."""
@@ -412,6 +460,8 @@ class Window:
     seconds: float = 0.0
     cpu_cores: float = math.nan
     rss_mib: float = math.nan
+    working_set_mib: float = math.nan
+    """Peak working set of the operator's cgroup (``--as-installed``)."""
     reconcile_p50_s: float = math.nan
     reconcile_p95_s: float = math.nan
     reconciles_per_s: float = math.nan
@@ -487,16 +537,41 @@ class Bench:
         self.standins = StandIns(self.cluster, nodes, self.args.subnet, self.work, self.net)
         source = self.args.operator_source
         self.operators.append(
-            Operator(self.cluster, self.namespaces, self.work / "operator-a.log", source, "op-a")
+            Operator(
+                self.cluster,
+                self.namespaces,
+                self.work / "operator-a.log",
+                source,
+                "op-a",
+                installed=self.installed("op-a"),
+            )
         )
         wait("operator serving metrics", self.operators[0].serving, 120)
         if self.args.failover:
             # The standby: waits for the Lease, serving nothing else.
             self.operators.append(
                 Operator(
-                    self.cluster, self.namespaces, self.work / "operator-b.log", source, "op-b"
+                    self.cluster,
+                    self.namespaces,
+                    self.work / "operator-b.log",
+                    source,
+                    "op-b",
+                    installed=self.installed("op-b"),
                 )
             )
+
+    def installed(self, name: str) -> Installed | None:
+        """``--as-installed``: a replica's cgroup with the chart's default limits."""
+        if self.args.shape is None:
+            return None
+        limits: shape.InstalledShape = self.args.shape
+        return Installed(
+            limits,
+            Confinement(
+                f"elasticjob-scale-{os.getpid()}-{name}", limits.memory_limit, limits.cpu_limit
+            ),
+            shape.LivenessCount(limits.liveness),
+        )
 
     @property
     def leader(self) -> Operator:
@@ -652,6 +727,7 @@ class Bench:
         leader = self.leader
         transitions0 = self.lease().get("leaseTransitions") or 0
         operator0 = leader.metrics()
+        leader.working_set_mib()  # a new peak from here
         first = self._read(leader.proc.pid)
         began = first.at
         futures = []
@@ -673,6 +749,7 @@ class Bench:
         last = self._read(leader.proc.pid)
         operator1 = leader.metrics()
         self._fill(out, first, last, max(rss, leader.rss_mib()))
+        out.working_set_mib = leader.working_set_mib()
         name = "elasticjob_reconcile_duration_seconds"
         buckets = sm.bucket_delta(sm.histogram(operator1, name), sm.histogram(operator0, name))
         out.reconcile_p50_s = sm.histogram_quantile(0.5, buckets)
@@ -902,6 +979,8 @@ class Bench:
     def stop(self) -> None:
         for operator in self.operators:
             operator.stop()
+            if operator.installed is not None:
+                operator.installed.confinement.remove()
         if self.peer_operator is not None:
             self.peer_operator.stop()
         if self.standins is not None:
@@ -932,6 +1011,8 @@ def table(windows: list[Window], extra: list[tuple[str, str]]) -> str:
     row("operator CPU (cores)", lambda w: _fmt(w.cpu_cores, "", 3))
     row("operator CPU per job (millicores)", lambda w: _fmt(1000 * w.cpu_cores / w.jobs, "", 2))
     row("operator RSS (MiB, peak)", lambda w: _fmt(w.rss_mib, "", 0))
+    if any(not math.isnan(w.working_set_mib) for w in windows):
+        row("operator cgroup working set (MiB, peak)", lambda w: _fmt(w.working_set_mib, "", 0))
     row(
         "reconcile step p50 / p95 (s)",
         lambda w: f"{_fmt(w.reconcile_p50_s, '', 3)} / {_fmt(w.reconcile_p95_s, '', 3)}",
@@ -969,6 +1050,59 @@ def table(windows: list[Window], extra: list[tuple[str, str]]) -> str:
     return "\n".join(lines)
 
 
+def installed_report(
+    bench: Bench, windows: list[Window], limits: shape.InstalledShape
+) -> tuple[list[tuple[str, str]], dict[str, Any]]:
+    """``--as-installed``: the chart's limits against the peaks, what a kubelet would have done
+    (OOM kills, liveness restarts), the CPU quota's throttling and the sizing table."""
+    leader = bench.leader
+    assert leader.installed is not None
+    confinement, liveness = leader.installed.confinement, leader.installed.liveness
+    peak = max((w.working_set_mib for w in windows), default=math.nan)
+    limit_mib = limits.memory_limit / shape.MIB
+    periods, throttled = confinement.throttling()
+    exits = sum(o.proc.poll() is not None for o in bench.operators if not o.stopping)
+    by_size: dict[int, Window] = {}
+    for w in windows:  # the clean window of each size (not the hostile one)
+        by_size.setdefault(w.jobs, w)
+    rows = shape.sizing([(w.jobs, w.working_set_mib, w.cpu_cores) for w in by_size.values()])
+    table_md = shape.sizing_table(rows)
+    print("\nSizing (from the cgroup's peak working set and the mean CPU of each window):")
+    print(table_md, flush=True)
+    report = {
+        "memory_limit_mib": limit_mib,
+        "memory_request_mib": limits.memory_request / shape.MIB,
+        "cpu_limit_cores": limits.cpu_limit,
+        "cpu_request_cores": limits.cpu_request,
+        "memory_peak_mib": peak,
+        "headroom": shape.headroom(peak, limit_mib),
+        "oom_kills": confinement.oom_kills(),
+        "liveness_failures": liveness.failures,
+        "liveness_most_in_a_row": liveness.most_in_a_row,
+        "liveness_restarts": liveness.restarts,
+        "operator_exits": exits,
+        "cpu_throttled_share": throttled / periods if periods else 0.0,
+        "sizing": [r.__dict__ for r in rows],
+    }
+    out = [
+        (
+            "as installed: chart limits (cpu, memory)",
+            f"{limits.cpu_limit:g} core(s), {limit_mib:.0f} MiB",
+        ),
+        (
+            "as installed: peak working set, headroom under the limit",
+            f"{peak:.0f} MiB, {report['headroom']:.0%}",
+        ),
+        (
+            "as installed: OOM kills, liveness restarts (failures, most in a row), exits",
+            f"{report['oom_kills']}, {liveness.restarts} ({liveness.failures}, "
+            f"{liveness.most_in_a_row}), {exits}",
+        ),
+        ("as installed: CFS periods throttled", f"{report['cpu_throttled_share']:.1%}"),
+    ]
+    return out, report
+
+
 def versions() -> str:
     found = [f"python {sys.version.split()[0]}"]
     for package in ("kopf", "aiohttp", "kubernetes_asyncio"):
@@ -992,6 +1126,12 @@ def main() -> int:
         action="store_false",
         help="skip Kubeflow's training operator with as many PyTorchJobs (built on first use)",
     )
+    parser.add_argument(
+        "--as-installed",
+        action="store_true",
+        help="run each replica as the chart installs it: in a cgroup with the chart's default "
+        "resources (values.yaml), with its arguments and settings, its liveness probe counted",
+    )
     parser.add_argument("--subnet", default="10.254.0.0/16", help="stand-in pod addresses")
     parser.add_argument(
         "--operator-ref",
@@ -1001,6 +1141,11 @@ def main() -> int:
     args = parser.parse_args()
     if args.nodes_per_job < 1:
         parser.error("--nodes-per-job must be at least 1")
+    args.shape = None
+    if args.as_installed:
+        if os.geteuid() != 0:
+            parser.error("--as-installed creates cgroups: run it as root")
+        args.shape = shape.shape_of(yaml.safe_load(CHART_VALUES.read_text()))
     steps = sm.sizes(args.jobs)
     routes = subprocess.run(["ip", "route", "show"], capture_output=True, text=True, check=True)
     if args.subnet in routes.stdout or "10.253.0." in routes.stdout:
@@ -1072,6 +1217,9 @@ def main() -> int:
                 f"{hostile_alarms[0]}, {hostile_alarms[1]}",
             )
         )
+        if args.shape is not None:
+            rows, result["as_installed"] = installed_report(bench, windows, args.shape)
+            extra += rows
         first = windows[0]
         extra.append(
             (

@@ -9,9 +9,8 @@ nodes: nothing is placed by hand).
 Not here, because this machine cannot run them: ``elasticjob-gpu-nccl.yaml`` trains on GPUs with
 NCCL (the local cluster's GPUs are fake devices) and asks for 60 CPUs per node;
 ``elasticjob-scaling.yaml`` asks for 8 CPUs per node (its HorizontalPodAutoscaler measures CPU
-use against that request) and its autoscaler needs metrics-server; the Kueue examples pass a
-server-side dry run with Kueue in ``tests/e2e/kueue/test_kueue_examples.py``, and the unit tests
-(``tests/unit/chart/test_examples_as_applied.py``) check their command and volumes.
+use against that request) and its autoscaler needs metrics-server; the Kueue examples run as
+applied where Kueue runs, in ``tests/e2e/kueue/test_kueue_examples.py``.
 """
 
 from __future__ import annotations

@@ -68,6 +68,10 @@ class WorkerFailure:
     round: int | None = None
     """The rendezvous round the worker ran in (job-wide with ``etcd-v3``): a later round's
     failure is news; within one round a cause outranks its consequences (``outranks``)."""
+    oom_killed: bool = False
+    """The ``SIGKILL`` was the kernel's OOM killer's: the container's cgroup counted an OOM
+    kill meanwhile (``supervision/oom.py``). On cgroup v1 it kills the one process, and the
+    container lives on: the kubelet never says ``OOMKilled``."""
 
     def summary(self) -> str:
         """One line for Events, conditions and logs: who, how and why."""
@@ -77,6 +81,8 @@ class WorkerFailure:
             who += f" on {where}"
         if self.signal:
             how = f"killed by {self.signal}"
+            if self.oom_killed:
+                how += " (the kernel's OOM killer: the container reached its memory limit)"
         elif self.exit_code is not None:
             how = f"exited with code {self.exit_code}"
         else:
@@ -140,6 +146,7 @@ class WorkerFailure:
             "frame": self.frame,
             "outputTail": self.output_tail,
             "round": self.round,
+            "oomKilled": self.oom_killed or None,
         }
         return {k: v for k, v in data.items() if v is not None}
 
@@ -163,6 +170,7 @@ class WorkerFailure:
             frame=_str(data, "frame", MAX_FRAME),
             output_tail=_str(data, "outputTail", MAX_TAIL),
             round=_int(data, "round"),
+            oom_killed=_bool(data, "oomKilled"),
         )
 
 
@@ -198,6 +206,13 @@ def _time(data: Mapping[str, Any]) -> float:
     if not math.isfinite(number) or number < 0:
         raise FailureRecordError("field 'lastFailure.time' must be finite and >= 0")
     return number
+
+
+def _bool(data: Mapping[str, Any], key: str) -> bool:
+    value = data.get(key, False)
+    if not isinstance(value, bool):
+        raise FailureRecordError(f"field 'lastFailure.{key}' must be true or false")
+    return value
 
 
 def _str(data: Mapping[str, Any], key: str, limit: int) -> str | None:

@@ -85,9 +85,14 @@ def workers_failed(sup: Supervision, failures: Mapping[int, int | None]) -> None
         )
         for lr, code in sorted(failures.items())
     ]
+    cause = first_failure(records)
+    # Read now, while the kill is fresh: a SIGKILL with the cgroup's OOM count up is the
+    # kernel's (cgroup v1 kills the process, not the container: no kubelet ``OOMKilled``).
+    cause = replace(cause, round=sup.round, oom_killed=oom_killed(sup, cause))
     for record in records:
-        sup.events.warning("worker_error", failure=record.summary()[:500])
-    _record(sup, replace(first_failure(records), round=sup.round))
+        said = cause if record.local_rank == cause.local_rank else record
+        sup.events.warning("worker_error", failure=said.summary()[:500])
+    _record(sup, cause)
 
 
 def oom_killed(sup: Supervision, cause: WorkerFailure | None) -> bool:

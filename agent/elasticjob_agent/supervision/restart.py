@@ -10,7 +10,6 @@ from elasticjob_agent.protocol.exit_codes import ExitCode
 from elasticjob_agent.protocol.failure_policy import PolicyDecision, decision_record, facts_of
 from elasticjob_agent.protocol.health import AgentState
 from elasticjob_agent.protocol.restarts import RestartCounts, RestartReason
-from elasticjob_agent.supervision.attribution import oom_killed
 from elasticjob_agent.supervision.context import AgentExit, Supervision
 from elasticjob_agent.supervision.decision import after_policy
 from elasticjob_agent.supervision.exits import close_rendezvous
@@ -84,7 +83,7 @@ def _apply_policy(
     cause = sup.round_cause
     if cause is not None and cause.is_consequence():
         await_peer_count(sup)  # (a lost member was given that time already)
-    facts = facts_of(reason.value, cause, oom_killed=oom_killed(sup, cause))
+    facts = facts_of(reason.value, cause, oom_killed=cause is not None and cause.oom_killed)
     verdict = sup.settings.failure_policy.decide(facts)
     summary = None if cause is None else cause.summary()
     decision = decision_record(verdict, facts, sup.round, time.time(), summary)

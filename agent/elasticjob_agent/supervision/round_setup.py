@@ -77,7 +77,8 @@ def set_up_round(sup: Supervision, info: Any, rdzv_seconds: float) -> Group:
     }
     sup.base_rank = assignment.base_global_rank
     sup.round_cause = None
-    sup.oom_kills_at_start = oom_kills() if s.failure_policy.rules else None
+    # Read every round (one small file): the root cause names an OOM kill, policy or not.
+    sup.oom_kills_at_start = oom_kills()
     sup.workers.start(envs, sup.attempt, s.role)
     pids = sup.workers.pids()
     sup.timers.reset(frozenset(pids.values()))

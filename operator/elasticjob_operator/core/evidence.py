@@ -110,8 +110,13 @@ class Evidence:
     def of_failure(cls, failure: WorkerFailure, *, node: str | None = None) -> Evidence:
         """An agent's record; ``node``: the pod's Kubernetes node, when the operator knows it."""
         symptom = failure.symptom()
+        kind = CauseKind.WORKER_FAILED.value if symptom is None else symptom.value
+        if failure.oom_killed:
+            # The agent saw its cgroup's OOM count rise with the kill: the same fact as a
+            # kubelet's ``OOMKilled`` where the kernel kills the process, not the container.
+            kind = CauseKind.OOM_KILLED.value
         return cls(
-            kind=symptom.value if symptom is not None else CauseKind.WORKER_FAILED.value,
+            kind=kind,
             at=failure.time,
             node=node or failure.node,
             pod=failure.pod,
@@ -194,6 +199,7 @@ _WORKER_KEYS = (
     "exceptionType",
     "frame",
     "outputTail",
+    "oomKilled",
 )
 STORED_KEYS = ("kind", "time", "node", "pod", "message", "round", *_WORKER_KEYS, "secondary")
 """Every key of ``status.lastFailure``: a written cause names them all (``None`` for the absent

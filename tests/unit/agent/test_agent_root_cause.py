@@ -190,11 +190,28 @@ def test_record_round_trips_and_stays_under_its_bound() -> None:
         ({"localRank": 0, "time": 1.0, "signal": 9}, "signal"),
         ({"localRank": 0, "time": 1.0, "exitCode": 2**60}, "exitCode"),
         ({"localRank": 0, "time": 1.0, "rank": -1}, "rank"),
+        ({"localRank": 0, "time": 1.0, "oomKilled": "yes"}, "oomKilled"),
     ],
 )
 def test_record_parser_is_strict(data: dict[str, object], field: str) -> None:
     with pytest.raises(FailureRecordError, match=field):
         WorkerFailure.from_json(data)
+
+
+def test_an_oom_kill_is_said_and_round_trips() -> None:
+    killed = WorkerFailure(
+        local_rank=1, time=2.0, rank=3, pod="p", signal="SIGKILL", oom_killed=True
+    )
+    assert killed.summary() == (
+        "rank 3 on p killed by SIGKILL (the kernel's OOM killer: the container reached its "
+        "memory limit)"
+    )
+    assert killed.to_json()["oomKilled"] is True
+    assert WorkerFailure.from_json(json.loads(json.dumps(killed.to_json()))) == killed
+    # An ordinary kill carries no key (records of earlier agents parse alike).
+    plain = WorkerFailure(local_rank=1, time=2.0, signal="SIGKILL")
+    assert "oomKilled" not in plain.to_json()
+    assert not WorkerFailure.from_json(plain.to_json()).oom_killed
 
 
 def _report(failure: WorkerFailure | None) -> HealthReport:

@@ -71,6 +71,18 @@ ROUNDS: list[tuple[str, list[Evidence], list[Evidence], str]] = [
         "pod job-worker-1-0 OOMKilled (node node-1)",
     ),
     (
+        "a rank OOM-killed inside a container that lives on (cgroup v1), the survivors' resets",
+        [
+            record(W0, T0 + 3),
+            record(
+                W1, T0 + 1, exc=None, msg=None, exit_code=None, signal="SIGKILL", oom_killed=True
+            ),
+        ],
+        [],
+        "rank 1 on pod job-worker-1-0 (node node-1) killed by SIGKILL (the kernel's OOM killer: "
+        "the container reached its memory limit)",
+    ),
+    (
         "one rank's exception first, the others' resets later",
         [record(W1, T0 + 1, **VALUE_ERROR), record(W0, T0 + 2), record(W2, T0 + 3)],
         [],
@@ -338,6 +350,23 @@ def test_an_oom_killed_member_is_a_cause_by_itself() -> None:
         "demo-worker-1-0",
     )
     assert JobStatus.from_json(result.status.to_json()).last_failure == stored
+
+
+def test_an_oom_kill_the_agent_saw_is_stored_as_oom_killed_and_reads_back() -> None:
+    killed = record(
+        W1, T0 + 1, exc=None, msg=None, exit_code=None, signal="SIGKILL", oom_killed=True
+    )
+    decided = root_cause.update(None, [record(W0, T0 + 3), killed], []).cause
+    assert decided is not None and decided.headline.kind == CauseKind.OOM_KILLED
+    stored = decided.to_json()
+    assert (stored["kind"], stored["oomKilled"], stored["signal"]) == ("OOMKilled", True, "SIGKILL")
+    again = Cause.from_json(stored)
+    assert again is not None and again.headline.kind == CauseKind.OOM_KILLED
+    # Another kill is not one: the key is written null, clearing an earlier cause's.
+    other = record(W1, T0 + 1, exc=None, msg=None, exit_code=None, signal="SIGKILL")
+    plain = root_cause.update(None, [other], []).cause
+    assert plain is not None and plain.headline.kind == CauseKind.WORKER_FAILED
+    assert "oomKilled" in plain.to_json() and plain.to_json()["oomKilled"] is None
 
 
 def test_etcd_lost_outranks_the_store_errors_it_caused() -> None:

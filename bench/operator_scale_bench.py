@@ -28,9 +28,21 @@ until all are Running, then its CPU, RSS and API requests over one window, a col
 table. Clean-up deletes the namespaces (with a deadline; finalizers
 are removed by hand after it) instead of deleting thousands of objects one by one.
 
+``--as-installed`` measures the operator as the chart installs it: each replica runs in a cgroup
+of its own with the chart's default resources (``values.yaml``: the memory limit enforced by the
+kernel's OOM killer, the CPU limit as a CFS quota), with the chart's arguments
+(``--all-namespaces`` when ``watchNamespaces`` is empty, ``--liveness``) and settings, and the
+chart's liveness probe played by the bench (``installed_shape.py``). It adds the peak working set
+of the cgroup (what the kubelet counts), the headroom under the limit, the OOM kills, the
+restarts the liveness probe would have caused, the share of CPU periods throttled, and a sizing
+table from each window's peak and CPU. A host process in a cgroup rather than a pod: the stand-in
+nodes have no container runtime, and the figures stay comparable with the runs without it.
+
 Usage (root: the stand-ins' addresses need a local route; starts its own cluster)::
 
     .venv/bin/python bench/operator_scale_bench.py --jobs 1000 --nodes-per-job 4 --json FILE
+    .venv/bin/python bench/operator_scale_bench.py --jobs 1000 --nodes-per-job 4 --as-installed \
+        --no-peer --no-failover --json FILE
 
 The machine's load (1-minute load average and busy CPU share during the window) is printed
 with every figure: on a shared machine the figures are only comparable within one run.

@@ -37,7 +37,14 @@ def test_a_steady_job_writes_only_progress_and_a_cut_etcd_is_still_stalled(
     cluster: LocalCluster, ns: str, operator: OperatorProcess
 ) -> None:
     name = "steady"
-    manifest = job_manifest(name, args=["--steps", "100000", "--step-sleep", "0.2"])
+    # The straggler watch writes an entry the moment a node's compute time per step stands out
+    # (status.stragglers), a real change of the job's story; two trainers on one loaded host
+    # differ by chance, so it is turned off here (factor 100), where only the cadence is tested.
+    manifest = job_manifest(
+        name,
+        args=["--steps", "100000", "--step-sleep", "0.2"],
+        health={"stragglers": {"factor": 100}},
+    )
     cluster.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(manifest))
     wait_job(cluster, ns, name, "Running", lambda j: st(j).get("readyNodes") == 2)
     checks = _steady_checks(operator)

@@ -51,6 +51,7 @@ class Confinement:
         self.memory_bytes = memory_bytes
         self.cpu_cores = cpu_cores
         self._peak = 0
+        self._overall = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._sampler: threading.Thread | None = None
@@ -96,6 +97,7 @@ class Confinement:
                     continue
                 with self._lock:
                     self._peak = max(self._peak, now)
+                    self._overall = max(self._overall, now)
 
         self._sampler = threading.Thread(target=run, name="cgroup-sampler", daemon=True)
         self._sampler.start()
@@ -109,6 +111,12 @@ class Confinement:
         except OSError:
             return math.nan
         return peak / 2**20
+
+    def overall_peak(self) -> float:
+        """The peak working set (MiB) since sampling started, between windows included (the
+        mass creation of jobs)."""
+        with self._lock:
+            return self._overall / 2**20
 
     def remove(self) -> None:
         """Stop sampling and remove the cgroup (its processes must have exited)."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import pickle
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from torch.futures import Future
 from elasticjob_agent.checkpoint.api import Backend, agree_and_fetch, open_backend, rank_and_world
 from elasticjob_agent.checkpoint.manifest import ShardId
 from elasticjob_agent.checkpoint.store import CheckpointError, Reservation
+from elasticjob_agent.protocol.checkpoint import RestoreReport
 
 METADATA = ".metadata"
 _SLACK = 1 << 20
@@ -124,16 +126,24 @@ class ElasticJobWriter(FileSystemWriter):
 
 
 class ElasticJobReader(FileSystemReader):
-    """Reads the newest DCP step complete on every rank; ``step`` says which one it was."""
+    """Reads the newest DCP step complete on every rank; ``step`` says which one it was. Once
+    this rank's shards are read, the node's agent is told what was restored (as the plain
+    API's ``restore`` does): its health report carries it to ``status.checkpoint.lastRestore``,
+    and the node drops shards newer than the step (an abandoned timeline)."""
 
     def __init__(self, backend: Backend | None = None) -> None:
         super().__init__("/nonexistent-elasticjob-checkpoint")
         self.backend = backend or default_backend()
         self.step: int | None = None
         self.world_size: int | None = None
+        """The world size that saved ``step``."""
         self.sources: dict[int, str] = {}
+        """Where each writer rank's shard came from (``memory``, ``peer <node>``, ``disk``)."""
+        self.report: RestoreReport | None = None
+        self._started = time.monotonic()
 
     def read_metadata(self, *args: Any) -> Metadata:  # no **kwargs: no per-rank fallback
+        self._started = time.monotonic()
         rank, _ = rank_and_world()
         shards = self.backend.candidates()
         worlds: dict[int, int] = {}
@@ -171,6 +181,21 @@ class ElasticJobReader(FileSystemReader):
             self.sources[writer_rank] = source.kind
             self.path = Path(source.directory)
             super().read_data(dataclasses.replace(plan, items=items), planner).wait()
+        self.report = RestoreReport(
+            self.step,
+            self.world_size,
+            rank_and_world()[1],
+            restore_source(self.sources),
+            time.monotonic() - self._started,
+        )
+        self.backend.restored(self.step, self.report)
         done: Future[None] = Future()
         done.set_result(None)
         return done
+
+
+def restore_source(sources: dict[int, str]) -> str:
+    """One source for the restore report: the first shard (by writer rank) that did not come
+    from this node's memory, since that is what the restore had to fetch; else ``memory``."""
+    fetched = [kind for _, kind in sorted(sources.items()) if kind != "memory"]
+    return fetched[0] if fetched else "memory"

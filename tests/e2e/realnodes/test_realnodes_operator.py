@@ -161,7 +161,13 @@ def test_killed_worker_process_in_a_real_pod_is_exactly_one_failure_and_the_job_
     )
     assert "killed" in killed.stdout, killed
     job = wait_job(cluster, work, "killproc", "Succeeded", lambda j: phase(j) == "Succeeded")
-    assert by_reason(job) == {"failure": 1}, diagnostics(cluster, work, "killproc")
+    # One failure; a free `membership` re-rendezvous may follow under load (an agent's lease
+    # keep-alive missed by a starved agent re-forms the group without spending anything).
+    counts = by_reason(job)
+    assert counts.get("failure") == 1 and set(counts) <= {"failure", "membership"}, (
+        counts,
+        diagnostics(cluster, work, "killproc"),
+    )
     # The pods lived on (the agents restarted their workers) and training resumed.
     names = sorted(p["metadata"]["name"] for p in pods(cluster, work))
     assert names == ["killproc-worker-0-0", "killproc-worker-1-0"], names

@@ -274,3 +274,14 @@ def test_dcp_save_and_load_across_nodes_and_after_a_lost_node(
     replacement = nodes("a-new")
     loaded = run_ranks(tmp_path, [replacement.socket, b.socket], "load-dcp")
     assert [(r["step"], r["ok"]) for r in loaded] == [(5, True), (5, True)]
+    # What each rank restored reaches its node's agent, as the plain API's restore does (the
+    # health report, then status.checkpoint.lastRestore): the new node fetched from a peer.
+    first, second = (r["report"] for r in loaded)
+    for report in (first, second):
+        assert report.pop("seconds") >= 0
+    assert first.pop("source") == "peer" and first.pop("sourceNode"), loaded
+    assert first == {"step": 5, "savedWorldSize": 2, "worldSize": 2}, loaded
+    assert second == {"step": 5, "savedWorldSize": 2, "worldSize": 2, "source": "memory"}
+    assert (
+        "a rank restored step 5 (saved by 2 ranks) into 2 ranks" in replacement.log_path.read_text()
+    )

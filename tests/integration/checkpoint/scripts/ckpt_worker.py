@@ -76,7 +76,12 @@ def main() -> None:
         ok = loaded is not None and torch.equal(
             target["model"]["w"], torch.full((args.n,), float(loaded or 0))
         )
-        result.update(step=loaded, ok=ok and target["step"] == loaded, sources=reader.sources)
+        result.update(
+            step=loaded,
+            ok=ok and target["step"] == loaded,
+            sources=reader.sources,
+            report=None if reader.report is None else reader.report.as_status(),
+        )
     if world > 1:
         dist.barrier()
         dist.destroy_process_group()

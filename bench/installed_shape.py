@@ -10,27 +10,14 @@ into a sizing table.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
-MIB = 2**20
+from elasticjob_operator.core.checkpointing import parse_quantity
 
-_QUANTITY = re.compile(r"^([0-9.]+)(Ki|Mi|Gi|Ti|m|k|M|G|T)?$")
-_FACTORS = {
-    None: Decimal(1),
-    "m": Decimal("0.001"),
-    "k": Decimal(10**3),
-    "M": Decimal(10**6),
-    "G": Decimal(10**9),
-    "T": Decimal(10**12),
-    "Ki": Decimal(2**10),
-    "Mi": Decimal(2**20),
-    "Gi": Decimal(2**30),
-    "Ti": Decimal(2**40),
-}
+MIB = 2**20
 
 
 class ChartValuesError(ValueError):
@@ -40,13 +27,10 @@ class ChartValuesError(ValueError):
 def quantity(value: Any, key: str) -> Decimal:
     """A Kubernetes quantity (``512Mi``, ``100m``, ``1``) as a number; ``ChartValuesError``
     naming ``key`` otherwise."""
-    found = _QUANTITY.match(str(value).strip())
-    if found is None:
+    number = parse_quantity(value)
+    if number is None:
         raise ChartValuesError(f"{key}: {value!r} is not a Kubernetes quantity")
-    try:
-        return Decimal(found.group(1)) * _FACTORS[found.group(2)]
-    except InvalidOperation:
-        raise ChartValuesError(f"{key}: {value!r} is not a Kubernetes quantity") from None
+    return number
 
 
 @dataclass(frozen=True)

@@ -116,16 +116,24 @@ _FACTORS = {
 }
 
 
+def parse_quantity(value: Any) -> Decimal | None:
+    """A Kubernetes quantity (``512Mi``, ``100m``, ``1``) as a number; ``None`` when it is not
+    one."""
+    match = _QUANTITY.match(str(value).strip())
+    if not match:
+        return None
+    try:
+        return Decimal(match.group(1)) * _FACTORS[match.group(2)]
+    except InvalidOperation:
+        return None
+
+
 def quantity_bytes(value: Any, what: str) -> int:
     """A Kubernetes memory quantity in bytes (rounded up); ``CheckpointSpecError`` naming
     ``what``."""
-    match = _QUANTITY.match(str(value).strip())
-    if not match:
+    number = parse_quantity(value)
+    if number is None:
         raise CheckpointSpecError(f"{what} {value!r} is not a Kubernetes quantity")
-    try:
-        number = Decimal(match.group(1)) * _FACTORS[match.group(2)]
-    except InvalidOperation:
-        raise CheckpointSpecError(f"{what} {value!r} is not a Kubernetes quantity") from None
     return math.ceil(number)
 
 

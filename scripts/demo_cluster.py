@@ -96,6 +96,10 @@ def with_steps(args: Sequence[str], steps: int) -> list[str]:
     return [*out, "--steps", str(steps)]
 
 
+_EVIDENCE = ("event=", "checkpoint:", "rendezvous")
+"""Agent log lines worth keeping from a pod's whole life in a failure's diagnostics."""
+
+
 class DemoError(RuntimeError):
     """The demo could not go on; the message says what was expected and what was seen."""
 
@@ -371,16 +375,34 @@ class Scenario:
             time.sleep(self.poll)
 
     def diagnostics(self, pods: list[PodView], lines: int = 40) -> str:
-        """The tail of every pod's log: what a failed run needs to be understood afterwards."""
-        out = []
+        """What a failed run needs to be understood afterwards: the job's Events, and for every
+        pod the agent's decisions and checkpoint lines over its whole life (a round's cause is
+        often far above the tail), then the tail of its log."""
+        out = [f"\n--- Events of {self.namespace}:\n{self._events()}"]
         for pod in sorted(pods, key=lambda p: p.name):
             try:
-                log = self.ops.pod_logs(self.namespace, pod.name)
+                log = self.ops.pod_logs(self.namespace, pod.name).splitlines()
             except Exception as exc:  # a pod that went away while we looked
-                log = f"(no log: {exc})"
-            tail = "\n".join(f"    {line}" for line in log.splitlines()[-lines:])
-            out.append(f"\n--- {pod.name} ({pod.phase}), last {lines} lines:\n{tail}")
+                log = [f"(no log: {exc})"]
+            marked = [line for line in log[:-lines] if any(m in line for m in _EVIDENCE)]
+            shown = "\n".join(f"    {line}" for line in marked[-80:])
+            tail = "\n".join(f"    {line}" for line in log[-lines:])
+            out.append(
+                f"\n--- {pod.name} ({pod.phase}), agent events and checkpoints before the "
+                f"tail:\n{shown}\n--- {pod.name}, last {lines} lines:\n{tail}"
+            )
         return "".join(out)
+
+    def _events(self) -> str:
+        try:
+            listed = self.ops.kubectl(
+                "get", "events", "-n", self.namespace, "--sort-by=.lastTimestamp",
+                "-o", "custom-columns=AT:.lastTimestamp,OBJECT:.involvedObject.name,"
+                "REASON:.reason,MESSAGE:.message",
+            )  # fmt: skip
+        except Exception as exc:  # the namespace may be gone
+            return f"    (no events: {exc})"
+        return "\n".join(f"    {line[:400]}" for line in listed.splitlines()[-60:])
 
     def training(self, after_round: int = -1) -> Callable[[JobView, list[PodView]], bool]:
         """Running with a formed group in a round after ``after_round`` (rounds start at 0)."""

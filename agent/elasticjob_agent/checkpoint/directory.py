@@ -13,6 +13,7 @@ import logging
 import threading
 
 from elasticjob_agent.checkpoint.manifest import HolderRecord, ManifestError
+from elasticjob_agent.etcd.errors import LeaseNotFoundError
 from elasticjob_agent.etcd.session import EtcdSession, LeaseKeeper
 from elasticjob_agent.etcd.txn import prefix_end
 from elasticjob_agent.protocol.keys import JobKeys
@@ -62,7 +63,15 @@ class HolderDirectory:
 
     async def _put(self, value: bytes) -> None:
         lease = await self._lease.current()
-        await self._session.client.put(self._key, value, lease=lease)
+        try:
+            await self._session.client.put(self._key, value, lease=lease)
+        except LeaseNotFoundError:
+            # etcd was recreated empty (or the lease lapsed in an outage): a new lease at once,
+            # not after the keep-alive notices, so that a restore in the round that re-forms
+            # first already sees this node's shards.
+            await self._lease.lost()
+            lease = await self._lease.current()
+            await self._session.client.put(self._key, value, lease=lease)
 
     def _refresh(self) -> None:
         while not self._stop.wait(REFRESH):

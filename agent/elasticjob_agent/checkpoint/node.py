@@ -8,7 +8,9 @@ workers through ``checkpoint.service`` and its peers through ``checkpoint.peer``
   writes its files into the reservation's directory (the only time training blocks), then
   ``commit``, which returns at once. A background thread checksums the shard, installs it,
   publishes it in etcd, pushes it to the agents of the next ``replicas`` nodes (in node
-  order, each push on its own) and queues it for persistence.
+  order, each push on its own) and queues it for persistence. A shard saved while the holders
+  cannot be read (an etcd outage) is replicated every ``REPLICATION_RETRY_S`` until they can,
+  while the node still holds it.
 - Load: ``candidates`` lists the shards this node can reach (its memory, every peer's record in
   etcd, the persistence path); the ranks agree on a step (``checkpoint.api``); ``fetch`` then
   makes a verified copy of one shard local, trying this node's memory, then each peer that
@@ -42,6 +44,8 @@ logger = logging.getLogger(__name__)
 
 DISK_LIMIT = 1 << 60
 """The persistence path is bounded by ``keep`` steps, not bytes."""
+REPLICATION_RETRY_S = 5.0
+"""How often shards whose replication could not start are tried again."""
 
 
 class Directory(Protocol):
@@ -112,6 +116,8 @@ class CheckpointNode:
         self._pending = 0
         self._idle = threading.Condition(self._lock)
         self.replication_errors = 0
+        # Own shards whose holders could not be read: tried again by the worker thread alone.
+        self._unreplicated: set[ShardId] = set()
         self.last_restore: RestoreReport | None = None
         """The last restore a rank of this node reported (``restored``)."""
         self.restore_failure: str | None = None
@@ -161,14 +167,25 @@ class CheckpointNode:
         try:
             records = self._directory.records()
         except Exception as exc:
-            logger.warning("checkpoint: cannot read the holders to replicate %s: %s", shard, exc)
+            logger.warning(
+                "checkpoint: cannot read the holders to replicate %s (tried again every %.0f s): "
+                "%s",
+                shard,
+                REPLICATION_RETRY_S,
+                exc,
+            )
             self.replication_errors += 1
+            self._unreplicated.add(shard)
             return
         endpoints = [n for n, r in records.items() if r.endpoint]
         targets = successors(endpoints, self.node, self.settings.replicas)
         if not targets:
-            logger.info("checkpoint: no peer to replicate %s to (memory and disk only)", shard)
+            if shard not in self._unreplicated:
+                logger.info("checkpoint: no peer to replicate %s to (memory and disk only)", shard)
+            # else: after an outage the peers' records come back one by one as their leases
+            # are renewed; tried again while this node holds the shard.
             return
+        self._unreplicated.discard(shard)
         for target in targets:
             # each target on its own: one unreachable peer leaves the others their copy
             try:
@@ -185,7 +202,14 @@ class CheckpointNode:
                 logger.warning("checkpoint: replicating %s to %s failed: %s", shard, target, exc)
 
     def _work(self) -> None:
-        while (job := self._jobs.get()) is not None:
+        while True:
+            try:
+                job = self._jobs.get(timeout=REPLICATION_RETRY_S if self._unreplicated else None)
+            except queue.Empty:
+                self._retry_replication()
+                continue
+            if job is None:
+                return
             try:
                 job()
             except Exception as exc:
@@ -194,6 +218,15 @@ class CheckpointNode:
                 with self._idle:
                     self._pending -= 1
                     self._idle.notify_all()
+
+    def _retry_replication(self) -> None:
+        """Replicate the shards still held whose holders could not be read, newest first;
+        stop at the first that still cannot (the outage goes on)."""
+        self._unreplicated &= set(self.memory.held())
+        for shard in sorted(self._unreplicated, key=lambda s: (-s.step, s.rank)):
+            self._replicate(shard)
+            if shard in self._unreplicated:
+                return
 
     def flush(self, timeout: float) -> bool:
         """Wait until every committed shard is installed, replicated and persisted; False if

@@ -14,6 +14,12 @@ Bounds: at most ``keep`` steps (the newest, counting a step being written) and a
 ``limit`` bytes (held shards plus reservations). A reservation that does not fit after dropping
 the steps beyond ``keep`` is refused with ``CheckpointLimitError`` naming the limit; what is
 held stays as it was.
+
+One step more is kept while it fits in ``limit``: the newest step held *complete* here (every
+rank's shard, this node's and its peers' replicas), when the ``keep`` newest are not. Without
+it a node whose replication lags (its peers unreachable, or the holders' directory down in an
+etcd outage) would drop the last step it could restore alone for newer steps that only it
+holds a part of, and a node lost then would take every complete step with it.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from elasticjob_agent.checkpoint.manifest import (
     ShardManifest,
     check_file_name,
 )
+from elasticjob_agent.checkpoint.resize import complete_saves
 
 logger = logging.getLogger(__name__)
 
@@ -155,9 +162,14 @@ class ShardStore:
             steps = {s.step for s in self._held} | {r.shard.step for r in self._reserved.values()}
             steps.add(shard.step)
             kept = set(sorted(steps, reverse=True)[: self.keep])
-            dropped = [s for s in self._held if s.step not in kept or s == shard]
+            dropped = self._beyond(kept, shard)
+            complete = max((step for step, _ in complete_saves(self._held)), default=None)
+            if complete is not None and complete not in kept:
+                pinned = self._beyond(kept | {complete}, shard)
+                if self._fits(size, pinned):
+                    dropped = pinned
             freed = sum(self._held[s].size for s in dropped)
-            if size > self.limit or self._used() - freed + size > self.limit:
+            if not self._fits(size, dropped):
                 raise CheckpointLimitError(
                     f"checkpoint of {shard} needs {size} bytes but this node's checkpoint memory "
                     f"limit is {self.limit} bytes ({self._used() - freed} held in the "
@@ -174,6 +186,14 @@ class ShardStore:
             reservation = Reservation(token, shard, size, directory)
             self._reserved[token] = reservation
             return reservation
+
+    def _beyond(self, kept: set[int], shard: ShardId) -> list[ShardId]:
+        """The held shards a reservation of ``shard`` drops when the steps ``kept`` stay."""
+        return [s for s in self._held if s.step not in kept or s == shard]
+
+    def _fits(self, size: int, dropped: list[ShardId]) -> bool:
+        freed = sum(self._held[s].size for s in dropped)
+        return size <= self.limit and self._used() - freed + size <= self.limit
 
     def _recycle(self, dropped: list[ShardId], shard: ShardId, directory: Path) -> None:
         """Hand the file of a dropped one-file shard (this rank's, if possible) to the new

@@ -32,6 +32,31 @@ def test_keeps_the_newest_steps_only(tmp_path: Path) -> None:
     assert not (tmp_path / "shards" / "1").exists()
 
 
+def test_the_newest_complete_step_stays_while_newer_steps_are_partial(tmp_path: Path) -> None:
+    # Node a of two: step 1 complete here (its own rank 0 and b's replica of rank 1); then b is
+    # unreachable, so steps 2 and 3 hold only a's own rank.
+    store = ShardStore(tmp_path, keep=2, limit=1 << 20, origin="a")
+    _save(store, ShardId(1, 0, 2), b"x" * 10)
+    _save(store, ShardId(1, 1, 2), b"x" * 10)
+    _save(store, ShardId(2, 0, 2), b"x" * 10)
+    _save(store, ShardId(3, 0, 2), b"x" * 10)
+    assert store.held() == [ShardId(1, 0, 2), ShardId(1, 1, 2), ShardId(2, 0, 2), ShardId(3, 0, 2)]
+    # b's replica of step 3 arrives: step 3 is complete here, and the next save lets step 1 go.
+    _save(store, ShardId(3, 1, 2), b"x" * 10)
+    _save(store, ShardId(4, 0, 2), b"x" * 10)
+    assert store.held() == [ShardId(3, 0, 2), ShardId(3, 1, 2), ShardId(4, 0, 2)]
+
+
+def test_the_complete_step_kept_beyond_keep_yields_to_the_byte_limit(tmp_path: Path) -> None:
+    store = ShardStore(tmp_path, keep=2, limit=100, origin="a")
+    _save(store, ShardId(1, 0, 2), b"x" * 20)
+    _save(store, ShardId(1, 1, 2), b"x" * 20)
+    _save(store, ShardId(2, 0, 2), b"x" * 20)
+    # 60 held: step 3's 50 bytes fit only once step 1 goes.
+    _save(store, ShardId(3, 0, 2), b"x" * 50)
+    assert store.held() == [ShardId(2, 0, 2), ShardId(3, 0, 2)]
+
+
 def test_over_the_limit_is_refused_naming_it_and_nothing_is_lost(tmp_path: Path) -> None:
     store = ShardStore(tmp_path, keep=2, limit=100, origin="a")
     _save(store, ShardId(1, 0, 1), b"x" * 60)

@@ -148,4 +148,6 @@ class Executor:
         elif isinstance(action, planning.DeleteJob):
             await self._kube.delete_job(job)
             return status, True
+        elif isinstance(action, planning.TaintNode) and await self._kube.taint_node(action.node):
+            log.info("job %s/%s: node %s tainted as bad", job.namespace, job.name, action.node)
         return status, False

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from .core import names
+from .core import names, quarantine
 from .core.conditions import rfc3339
 from .core.leadership import LeaseRecord
 from .core.names import JobRef
@@ -26,6 +26,8 @@ from .core.names import JobRef
 T = TypeVar("T")
 
 MERGE_PATCH = "application/merge-patch+json"
+TAINT_ATTEMPTS = 3
+"""Reads and patches of a node that keeps changing between the two before giving up."""
 COMPONENT = "elasticjob-operator"
 
 
@@ -98,18 +100,23 @@ async def _unread(what: str, call: Awaitable[Any], *, tolerate: Collection[int] 
     ``True`` on success, ``False`` on a status in ``tolerate``, else a ``KubeError`` as from
     ``_request``. The client would otherwise turn every answer into its models (a whole Pod,
     with every timestamp parsed): most of the operator's CPU while a thousand jobs started."""
+    return await _read(what, call, tolerate=tolerate) is not None
+
+
+async def _read(what: str, call: Awaitable[Any], *, tolerate: Collection[int] = ()) -> bytes | None:
+    """``_unread``'s call, keeping the answer's body: ``None`` on a status in ``tolerate``."""
     try:
         response = await call
         try:
-            body = await response.read()
+            body: bytes = await response.read()
         finally:
             response.release()
     except (TimeoutError, OSError) as exc:
         raise _wrap(exc, what) from exc
     if 200 <= response.status <= 299:
-        return True
+        return body
     if response.status in tolerate:
-        return False
+        return None
     error = ApiException(status=response.status, reason=response.reason)
     error.body = body
     raise _wrap(error, what)
@@ -192,6 +199,40 @@ class Kube:
             ),
             tolerate=(404,),
         )
+
+    async def taint_node(self, name: str) -> bool:
+        """Add the bad-node taint (``quarantine.taint_patch``) to node ``name``: ``True`` once
+        it has it, ``False`` when the node is gone. A node changed between the read and the
+        patch is read again, at most ``TAINT_ATTEMPTS`` times."""
+        for attempt in range(1, TAINT_ATTEMPTS + 1):
+            node = await self._read_node(name)
+            if node is None:
+                return False
+            patch = quarantine.taint_patch(node)
+            if patch is None:
+                return True
+            try:
+                return await _unread(
+                    f"taint node {name}",
+                    self._core.patch_node(
+                        name, patch, _content_type=MERGE_PATCH, _preload_content=False
+                    ),
+                    tolerate=(404,),
+                )
+            except ConflictKubeError:
+                if attempt == TAINT_ATTEMPTS:
+                    raise
+        return False
+
+    async def _read_node(self, name: str) -> dict[str, Any] | None:
+        """Node ``name`` as the API returns it (JSON, not the client's models); ``None`` if
+        gone."""
+        body = await _read(
+            f"read node {name}",
+            self._core.read_node(name, _preload_content=False),
+            tolerate=(404,),
+        )
+        return None if body is None else dict(json.loads(body))
 
     async def patch_job_status(
         self, job: JobRef, status: Mapping[str, Any], resource_version: str | None = None

@@ -244,6 +244,15 @@ VARIABLES: tuple[Variable, ...] = (
         _number,
     ),
     Variable(
+        "loop.quarantine.taint",
+        "ELASTICJOB_TAINT_BAD_NODES",
+        _default_of(QuarantineSettings, "taint"),
+        "Also taint a node a job starts avoiding for its failures (``elasticjob.dev/bad-node``, "
+        "``NoSchedule``): every job's new pods keep off it until an admin removes the taint. "
+        "Needs ``patch`` on nodes (the chart grants it with ``badNodes.taint``).",
+        _flag,
+    ),
+    Variable(
         "node_conditions",
         "ELASTICJOB_BAD_NODE_CONDITIONS",
         (),

@@ -58,6 +58,8 @@ class OperatorProcess:
         self.health_port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
+        self.extra_env: dict[str, str] = {}
+        """Settings of the next ``start`` beyond the test defaults (a test that needs one)."""
 
     @property
     def log_path(self) -> Path:
@@ -80,6 +82,7 @@ class OperatorProcess:
             # The progress test's 40 s of steps see two samples.
             "ELASTICJOB_PROGRESS_SAMPLE_SECONDS": "10",
             "ELASTICJOB_BAD_NODE_CONDITIONS": BAD_NODE_CONDITION,
+            **self.extra_env,
         }
         env.pop("KUBERNETES_SERVICE_HOST", None)
         args = [str(REPO / ".venv" / "bin" / "elasticjob-operator")]
@@ -125,6 +128,20 @@ class OperatorProcess:
 
     def forbidden(self) -> list[str]:
         return [line for line in self.logs().splitlines() if RBAC_DENIAL.search(line)]
+
+
+def apply_chart_rbac(cluster: LocalCluster, *values: str) -> None:
+    """The chart's RBAC and ServiceAccount for ``RELEASE`` in ``SYSTEM_NS``, watching ``POOL``,
+    rendered with ``values`` (``--set`` pairs, e.g. ``badNodes.taint=true``) and applied."""
+    sets = ["--set", "watchNamespaces={" + ",".join(POOL) + "}"]
+    for value in values:
+        sets += ["--set", value]
+    rendered = cluster.helm(
+        "template", RELEASE, str(REPO / "charts" / "elasticjob-operator"),
+        "--namespace", SYSTEM_NS, *sets,
+        "--show-only", "templates/rbac.yaml", "--show-only", "templates/serviceaccount.yaml",
+    ).stdout  # fmt: skip
+    cluster.kubectl("apply", "-f", "-", input=rendered)
 
 
 def sa_kubeconfig(

@@ -68,6 +68,32 @@ class QuarantineSettings:
     0 turns the quarantine off (``ELASTICJOB_QUARANTINE_FAILURES``)."""
     window: float = 3600.0
     """Seconds within which the failures count (``ELASTICJOB_QUARANTINE_WINDOW_SECONDS``)."""
+    taint: bool = False
+    """Also taint a node when a job starts avoiding it for its failures (``TAINT_KEY``,
+    ``NoSchedule``): cluster-wide, so only when the cluster admin opts in
+    (``ELASTICJOB_TAINT_BAD_NODES``, the chart's ``badNodes.taint``)."""
+
+
+TAINT_KEY = "elasticjob.dev/bad-node"
+"""The taint a node gets with ``QuarantineSettings.taint``; an admin removes it with
+``kubectl taint nodes NODE elasticjob.dev/bad-node-``."""
+TAINT_EFFECT = "NoSchedule"
+"""New pods without a toleration keep off the node; those running there stay."""
+
+
+def taint_patch(node: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The merge patch that adds the bad-node taint to ``node`` (a Node as the API returns
+    it), guarded by its ``resourceVersion`` (a node changed since it was read answers 409);
+    ``None`` when the node has a taint with that key already."""
+    spec = node.get("spec") or {}
+    taints = [t for t in spec.get("taints") or [] if isinstance(t, Mapping)]
+    if any(t.get("key") == TAINT_KEY for t in taints):
+        return None
+    version = (node.get("metadata") or {}).get("resourceVersion")
+    return {
+        "metadata": {"resourceVersion": version},
+        "spec": {"taints": [*taints, {"key": TAINT_KEY, "effect": TAINT_EFFECT}]},
+    }
 
 
 @dataclass(frozen=True)

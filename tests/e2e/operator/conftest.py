@@ -16,9 +16,9 @@ from elasticjob_localcluster import LocalCluster
 
 from tests.support.operator_e2e import (
     POOL,
-    RELEASE,
     SYSTEM_NS,
     OperatorProcess,
+    apply_chart_rbac,
     sa_kubeconfig,
 )
 from tests.support.paths import REPO
@@ -40,13 +40,7 @@ def operator(
     for ns in [SYSTEM_NS, *POOL]:
         if f"namespace/{ns}" not in existing:
             cluster.kubectl("create", "namespace", ns)
-    values = ["--set", "watchNamespaces={" + ",".join(POOL) + "}"]
-    rendered = cluster.helm(
-        "template", RELEASE, str(REPO / "charts" / "elasticjob-operator"),
-        "--namespace", SYSTEM_NS, *values,
-        "--show-only", "templates/rbac.yaml", "--show-only", "templates/serviceaccount.yaml",
-    ).stdout  # fmt: skip
-    cluster.kubectl("apply", "-f", "-", input=rendered)
+    apply_chart_rbac(cluster)
     proc = OperatorProcess(sa_kubeconfig(cluster, work / "operator.kubeconfig"), POOL, work)
     proc.start()
     try:

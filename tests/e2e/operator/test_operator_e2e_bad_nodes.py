@@ -1,6 +1,7 @@
 """Bad nodes on the local cluster's API server (virtual nodes): a node condition set with
 ``kubectl patch node --subresource=status`` moves a job's pod off the node, and a node whose
-workers were killed from outside twice is avoided by the job's replacement pod."""
+workers were killed from outside twice is avoided by the job's replacement pod and, with the
+admin's opt-in (``badNodes.taint``), tainted."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from tests.support.operator_e2e import (
     BAD_NODE_CONDITION,
     OperatorProcess,
     agent_status,
+    apply_chart_rbac,
     evidence,
     job_manifest,
 )
@@ -115,8 +117,38 @@ def test_a_node_condition_moves_the_pod_off_the_node(
         raise AssertionError(f"{exc}\n{evidence(cluster, ns, name, operator)}") from None
 
 
+TAINT_KEY = "elasticjob.dev/bad-node"
+
+
+def _taints(cluster: LocalCluster, node: str) -> list[dict[str, Any]]:
+    out = cluster.kubectl("get", "node", node, "-o", "json").stdout
+    return list(json.loads(out)["spec"].get("taints") or [])
+
+
+@pytest.fixture
+def tainting(cluster: LocalCluster, operator: OperatorProcess) -> Iterator[None]:
+    """The operator restarted as the chart runs it with ``badNodes.taint=true`` (its RBAC
+    too); afterwards every bad-node taint is removed and the session's operator restored."""
+    apply_chart_rbac(cluster, "badNodes.taint=true")
+    operator.kill(signal.SIGTERM)
+    operator.extra_env = {"ELASTICJOB_TAINT_BAD_NODES": "true"}
+    operator.start()
+    try:
+        yield
+    finally:
+        nodes = json.loads(cluster.kubectl("get", "nodes", "-o", "json").stdout)["items"]
+        for node in nodes:
+            if any(t.get("key") == TAINT_KEY for t in node["spec"].get("taints") or []):
+                name = node["metadata"]["name"]
+                cluster.kubectl("taint", "nodes", name, f"{TAINT_KEY}-", check=False)
+        operator.kill(signal.SIGTERM)
+        operator.extra_env = {}
+        operator.start()
+        apply_chart_rbac(cluster)
+
+
 def test_a_node_whose_workers_are_killed_twice_is_avoided_by_the_replacement(
-    cluster: LocalCluster, ns: str, operator: OperatorProcess
+    cluster: LocalCluster, ns: str, operator: OperatorProcess, tainting: None
 ) -> None:
     name = "quarantine"
     _start(cluster, ns, name)
@@ -143,6 +175,12 @@ def test_a_node_whose_workers_are_killed_twice_is_avoided_by_the_replacement(
         assert (entry["reason"], entry["failures"], entry["avoided"]) == ("Failures", 2, True)
         assert "SIGKILL" in entry["message"], entry
         assert "NodeAvoided" in _event_reasons(cluster, ns, name)
+        cluster.wait_for(
+            f"node {node} tainted {TAINT_KEY}:NoSchedule",
+            lambda: {"key": TAINT_KEY, "effect": "NoSchedule"} in _taints(cluster, node),
+            timeout=60,
+        )
+        assert operator.forbidden() == []
 
         cluster.kubectl("delete", "pod", victim, "-n", ns, "--wait=false")
 

@@ -209,6 +209,16 @@ def test_the_dcp_example_reshards_its_checkpoint_when_scaled_down(
         timeout=420,
         interval=2,
     )
+    # ElasticJobReader reports the DCP restore like a plain one.
+    restore = last_restore(
+        _until(
+            cluster,
+            work,
+            "status.checkpoint.lastRestore of the restore into 2 ranks",
+            lambda j: last_restore(j).get("worldSize") == 2,
+            name=DCP_NAME,
+        )
+    )
     final = wait_job(
         cluster,
         work,
@@ -225,6 +235,8 @@ def test_the_dcp_example_reshards_its_checkpoint_when_scaled_down(
     assert match is not None, log[-3000:]
     step = int(match.group(1))
     assert step >= saved, (step, saved)
+    assert (restore["step"], restore["savedWorldSize"]) == (step, 4), (restore, step)
+    assert restore["source"] in ("memory", "peer", "disk"), restore
     runs = runs_of(steps_of(log))
     assert runs and runs[-1][-1].step == DCP_STEPS, log[-3000:]
     change = _change(changes_of(runs), 4, 2, step, log)

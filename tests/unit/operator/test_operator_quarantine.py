@@ -176,6 +176,62 @@ def test_two_signals_on_one_node_avoid_it_and_the_replacement_keeps_off() -> Non
     )
 
 
+def test_an_admin_who_opted_in_gets_the_avoided_node_tainted_once() -> None:
+    taint = QuarantineSettings(taint=True)
+    cluster, status = _on_two_nodes()
+    first = _step(cluster, status, T0 + 5, taint, reports=_failed(KILLED))
+    assert not [a for a in first.actions if isinstance(a, planning.TaintNode)]
+    second = replace(KILLED, time=T0 + 60, round=2)
+    result = _step(cluster, first.status, T0 + 61, taint, reports=_failed(second))
+    assert [a for a in result.actions if isinstance(a, planning.TaintNode)] == [
+        planning.TaintNode("node-b")
+    ]
+    [avoided] = [e for e in result.events if e.reason == "NodeAvoided"]
+    assert "tainted elasticjob.dev/bad-node:NoSchedule" in avoided.message
+    assert "kubectl taint nodes node-b elasticjob.dev/bad-node-" in avoided.message
+    # Later steps do not taint it again; without the opt-in nothing is ever tainted.
+    later = _step(cluster, result.status, T0 + 70, taint)
+    assert not [a for a in later.actions if isinstance(a, planning.TaintNode)]
+    cluster, status = _on_two_nodes()
+    first = _step(cluster, status, T0 + 5, reports=_failed(KILLED))
+    result = _step(cluster, first.status, T0 + 61, reports=_failed(second))
+    assert [e.reason for e in result.events].count("NodeAvoided") == 1
+    assert not [a for a in result.actions if isinstance(a, planning.TaintNode)]
+
+
+@pytest.mark.parametrize(
+    ("taints", "expected"),
+    [
+        (None, [{"key": quarantine.TAINT_KEY, "effect": "NoSchedule"}]),
+        (
+            [{"key": "gpu", "value": "a100", "effect": "NoSchedule"}],
+            [
+                {"key": "gpu", "value": "a100", "effect": "NoSchedule"},
+                {"key": quarantine.TAINT_KEY, "effect": "NoSchedule"},
+            ],
+        ),
+    ],
+)
+def test_the_taint_patch_keeps_the_nodes_taints_and_its_version(
+    taints: list[dict[str, str]] | None, expected: list[dict[str, str]]
+) -> None:
+    node: dict[str, Any] = {"metadata": {"name": "n", "resourceVersion": "42"}, "spec": {}}
+    if taints is not None:
+        node["spec"]["taints"] = taints
+    assert quarantine.taint_patch(node) == {
+        "metadata": {"resourceVersion": "42"},
+        "spec": {"taints": expected},
+    }
+
+
+def test_a_node_tainted_already_is_not_patched() -> None:
+    node = {
+        "metadata": {"resourceVersion": "7"},
+        "spec": {"taints": [{"key": quarantine.TAINT_KEY, "effect": "NoExecute"}]},
+    }
+    assert quarantine.taint_patch(node) is None
+
+
 def test_an_oom_or_a_program_error_is_not_counted() -> None:
     cluster, status = _on_two_nodes()
     crashed = replace(KILLED, signal=None, exit_code=1, exception_type="ValueError", message="x")

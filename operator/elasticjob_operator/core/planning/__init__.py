@@ -42,6 +42,7 @@ from .actions import (
     MarkJoined,
     MarkStoodBy,
     Plan,
+    TaintNode,
     WriteSeed,
 )
 from .checkpoints import merge_checkpoints, note_rewind, sample_saved_step
@@ -70,6 +71,7 @@ __all__ = [
     "MarkStoodBy",
     "Plan",
     "Rejection",
+    "TaintNode",
     "WriteSeed",
     "note_rejection",
     "plan",

@@ -66,6 +66,14 @@ class CreateEtcdTlsSecret:
 
 
 @dataclass(frozen=True)
+class TaintNode:
+    """Taint ``node`` as bad (``quarantine.TAINT_KEY``): the admin opted in
+    (``QuarantineSettings.taint``)."""
+
+    node: str
+
+
+@dataclass(frozen=True)
 class Event:
     type: str
     """``Normal`` or ``Warning``."""
@@ -82,6 +90,7 @@ Action = (
     | MarkStoodBy
     | WriteSeed
     | DeleteJob
+    | TaintNode
 )
 
 

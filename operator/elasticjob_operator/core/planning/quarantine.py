@@ -17,7 +17,7 @@ from ..observed import Observed, PodView, current_workers
 from ..quarantine import NODE_CONDITION, AvoidedNode, QuarantineSettings
 from ..spec import JobSpec
 from ..status import JobStatus
-from .actions import Action, CreateObject, Draft
+from .actions import Action, CreateObject, Draft, TaintNode
 
 MAX_KEPT_OFF = 64
 """Nodes a new worker pod's anti-affinity names at most (avoided ones first)."""
@@ -28,7 +28,8 @@ def note_failures(
 ) -> None:
     """Count a new hardware-like root cause on its node (``before``: the status the step
     started from; ``window``: the root-cause correction window) and drop watched nodes whose
-    window has passed. A node that becomes avoided gets a Warning Event ``NodeAvoided``."""
+    window has passed. A node that becomes avoided gets a Warning Event ``NodeAvoided`` and,
+    with ``settings.taint``, a ``TaintNode`` action."""
     entries = quarantine.expire(draft.status.avoided_nodes, settings, now)
     failure = quarantine.new_failure(
         root_cause.parse_stored(before.last_failure),
@@ -38,12 +39,19 @@ def note_failures(
     if failure is not None:
         entries, newly = quarantine.count_failure(entries, failure, settings)
         if newly is not None:
+            tainted = ""
+            if settings.taint:
+                draft.actions.append(TaintNode(newly.node))
+                tainted = (
+                    f"; tainted {quarantine.TAINT_KEY}:{quarantine.TAINT_EFFECT} for every job "
+                    f"(remove with kubectl taint nodes {newly.node} {quarantine.TAINT_KEY}-)"
+                )
             draft.event(
                 "Warning",
                 "NodeAvoided",
                 f"node {newly.node}: {newly.failures} hardware-like failures of the job's "
                 f"workers within {settings.window:.0f} s (last: {newly.message}); the job's new "
-                "worker pods keep off it",
+                f"worker pods keep off it{tainted}",
             )
     draft.status = draft.status.evolve(avoided_nodes=entries)
 

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from scripts.suite_plan import SESSIONS, Builds, Session, next_session
+from scripts.suite_plan import BUILD_STAGES, SESSIONS, Builds, Session, next_session
 
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = REPO / ".venv" / "bin" / "python"
@@ -42,7 +42,8 @@ class Suite:
         self.started = time.monotonic()
         self.lock = threading.Lock()
         self.pending: list[Session] = list(SESSIONS)
-        self.builds = Builds.RUNNING
+        self.built: set[str] = set()
+        self.build_failed = False
         self.outcomes: dict[str, Outcome] = {}
         self.children: set[subprocess.Popen[bytes]] = set()
 
@@ -57,10 +58,11 @@ class Suite:
         while True:
             with self.lock:
                 running_s = self.now()
-                if self.builds is Builds.RUNNING and running_s > BUILDS_DEADLINE_S:
-                    self.builds = Builds.FAILED
+                if not self.build_failed and running_s > BUILDS_DEADLINE_S:
+                    self.build_failed = True
                     self.say(f"the builds did not end within {BUILDS_DEADLINE_S:.0f} s")
-                choice = next_session(self.pending, self.builds, running_s)
+                builds = Builds(frozenset(self.built), self.build_failed, running_s)
+                choice = next_session(self.pending, builds)
                 if isinstance(choice, Session):
                     self.pending.remove(choice)
                     return choice
@@ -90,26 +92,34 @@ class Suite:
         self.say(f"{session.name} finished (exit {code})")
 
     def build(self) -> None:
+        """Each build stage in order; a failed one ends the builds."""
         log = self.logs / "builds.log"
-        with log.open("wb") as out:
-            # make's own lock on apt and the content caches keep these builds from colliding
-            # with anything; a lower priority lets the sessions beside them test meanwhile.
-            child = subprocess.Popen(
-                ["nice", "-n", "10", "make", "-j3", "--output-sync=line", "builds"],
-                cwd=REPO,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
+        for stage, targets in BUILD_STAGES:
+            with log.open("ab") as out:
+                # make's own lock on apt and the content caches keep these builds from
+                # colliding with anything; a lower priority lets the sessions beside them test.
+                child = subprocess.Popen(
+                    ["nice", "-n", "10", "make", "-j3", "--output-sync=line", *targets],
+                    cwd=REPO,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                )
+                with self.lock:
+                    self.children.add(child)
+                code = child.wait()
             with self.lock:
-                self.children.add(child)
-            code = child.wait()
-        with self.lock:
-            self.children.discard(child)
-            self.builds = Builds.DONE if code == 0 else Builds.FAILED
-        self.say(f"builds finished (exit {code})")
+                self.children.discard(child)
+                if code == 0:
+                    self.built.add(stage)
+                else:
+                    self.build_failed = True
+            self.say(f"builds: {stage} ({' '.join(targets)}) finished (exit {code})")
+            if code != 0:
+                break
         text = log.read_text(errors="replace")
         timing = [line for line in text.splitlines() if any(w in line for w in _BUILD_WORDS)]
-        print("\n".join(timing[-40:]) if code == 0 else text, file=sys.stderr, flush=True)
+        ok = not self.build_failed
+        print("\n".join(timing[-40:]) if ok else text, file=sys.stderr, flush=True)
 
     def stop(self) -> None:
         with self.lock:
@@ -121,7 +131,7 @@ _BUILD_WORDS = ("took", "reused", "built", "cached")
 
 
 def report(suite: Suite) -> bool:
-    ok = suite.builds is Builds.DONE
+    ok = not suite.build_failed and len(suite.built) == len(BUILD_STAGES)
     for session in SESSIONS:
         outcome = suite.outcomes.get(session.name)
         if outcome is None:
@@ -152,8 +162,8 @@ def report(suite: Suite) -> bool:
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--dry-run"]:
         for s in sorted(SESSIONS, key=lambda s: -s.expected_s):
-            needs = "after the builds" if s.needs_builds else "at once"
-            print(f"{s.name:30} {s.expected_s:5d} s  {needs:16} {' '.join(s.args)}")
+            needs = f"after {'+'.join(sorted(s.needs))}" if s.needs else "at once"
+            print(f"{s.name:30} {s.expected_s:5d} s  {needs:22} {' '.join(s.args)}")
         return 0
     logs = Path(tempfile.mkdtemp(prefix="elasticjob-test."))
     suite = Suite(logs, argv)

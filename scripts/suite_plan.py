@@ -5,7 +5,8 @@ any other. Three runners take sessions from one queue, longest expected first (t
 longest-processing-time rule), so the runners end at about the same time whatever the machine:
 on a machine with the builds cached every runner starts an end-to-end session at once; on a cold
 one the runners work through the unit and integration sessions while the builds run, and take
-the end-to-end sessions when the builds are done.
+each end-to-end session once the builds it needs are done (Kueue, built last, only for the
+session that runs the Kueue tests).
 """
 
 from __future__ import annotations
@@ -14,28 +15,57 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["BUILD_PATIENCE_S", "SESSIONS", "Builds", "Session", "Wait", "next_session"]
+__all__ = [
+    "BUILD_PATIENCE_S",
+    "BUILD_STAGES",
+    "CLUSTERS",
+    "KUEUE",
+    "SESSIONS",
+    "Builds",
+    "Session",
+    "Wait",
+    "next_session",
+]
 
 BUILD_PATIENCE_S = 60.0
 """How long a free runner waits for the builds before it takes a session that does not need
 them: cached builds end within seconds, and an end-to-end session is the better start."""
 
+CLUSTERS = "clusters"
+"""Build stage: Kubernetes, kube-router and the images (``make cluster-build images``): what
+every local cluster of the end-to-end sessions runs."""
+KUEUE = "kueue"
+"""Build stage: Kueue (``make kueue-build``), after Kubernetes: only the Kueue tests start it."""
+BUILD_STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (CLUSTERS, ("cluster-build", "images")),
+    (KUEUE, ("kueue-build",)),
+)
+"""The build stages in order, each with its make targets."""
 
-class Builds(enum.Enum):
-    RUNNING = "running"
-    DONE = "done"
-    FAILED = "failed"
+
+@dataclass(frozen=True)
+class Builds:
+    """Where the builds are: the stages ``done``, whether one ``failed`` (then the rest is
+    never built), and how long they have run."""
+
+    done: frozenset[str]
+    failed: bool
+    running_s: float
+
+    @property
+    def finished(self) -> bool:
+        return self.failed or len(self.done) == len(BUILD_STAGES)
 
 
 @dataclass(frozen=True)
 class Session:
-    """One pytest session: its ``args`` (paths and ``--ignore``s), whether it needs the builds
-    (images, Kubernetes, Kueue), and its expected length in seconds on two cores beside two
-    other sessions (bench/RESULTS.md has the measured runs): only the order depends on it."""
+    """One pytest session: its ``args`` (paths and ``--ignore``s), the build stages it needs,
+    and its expected length in seconds on two cores beside two other sessions
+    (bench/RESULTS.md has the measured runs): only the order depends on it."""
 
     name: str
     args: tuple[str, ...]
-    needs_builds: bool
+    needs: frozenset[str]
     expected_s: int
 
 
@@ -45,6 +75,8 @@ class Wait(enum.Enum):
     WAIT = "wait"
 
 
+_NONE: frozenset[str] = frozenset()
+_CLUSTERS = frozenset({CLUSTERS})
 _REALNODES = "tests/e2e/realnodes"
 _REALNODES_FIRST = (
     f"{_REALNODES}/test_realnodes_demo.py",
@@ -61,50 +93,43 @@ def _ignoring(*paths: str) -> tuple[str, ...]:
 
 
 SESSIONS: tuple[Session, ...] = (
-    Session("unit", ("tests/unit",), False, 80),
+    Session("unit", ("tests/unit",), _NONE, 80),
     Session(
         "integration",
         ("tests/integration", *_ignoring("tests/integration/agent", _CHECKPOINT, _TORCHRUN)),
-        False,
+        _NONE,
         450,
     ),
-    Session("integration-agent", ("tests/integration/agent",), False, 790),
-    Session("integration-checkpoint-nodes", (_CHECKPOINT_NODES,), False, 600),
+    Session("integration-agent", ("tests/integration/agent",), _NONE, 790),
+    Session("integration-checkpoint-nodes", (_CHECKPOINT_NODES,), _NONE, 600),
     Session(
         "integration-checkpoint",
         (_CHECKPOINT, _TORCHRUN, *_ignoring(_CHECKPOINT_NODES)),
-        False,
+        _NONE,
         450,
     ),
-    Session("e2e-realnodes-demo", _REALNODES_FIRST, True, 855),
-    Session("e2e-realnodes", (_REALNODES, *_ignoring(*_REALNODES_FIRST, _RESIZE)), True, 1180),
-    Session("e2e-resize", (_RESIZE,), True, 530),
-    Session("e2e-operator", ("tests/e2e/operator",), True, 1095),
+    Session("e2e-realnodes-demo", _REALNODES_FIRST, _CLUSTERS, 855),
+    Session("e2e-realnodes", (_REALNODES, *_ignoring(*_REALNODES_FIRST, _RESIZE)), _CLUSTERS, 1180),
+    Session("e2e-resize", (_RESIZE,), _CLUSTERS, 530),
+    Session("e2e-operator", ("tests/e2e/operator",), _CLUSTERS, 1095),
     Session(
         "e2e-rest",
         # tests/e2e/kubeflow is the benchmark peer's tooling (`make test-peer`), in no session.
         ("tests/e2e", *_ignoring(_REALNODES, "tests/e2e/operator", "tests/e2e/kubeflow")),
-        True,
+        frozenset({CLUSTERS, KUEUE}),
         1105,
     ),
 )
 
 
-def next_session(
-    pending: Sequence[Session], builds: Builds, builds_running_s: float
-) -> Session | Wait | None:
-    """The session a free runner starts: the longest pending one it can run.
-    ``builds_running_s``: how long the builds have run. ``None``: nothing left this runner can
-    ever run (with the builds failed, the sessions that need them are never started)."""
-    runnable = [s for s in pending if builds is Builds.DONE or not s.needs_builds]
-    if (
-        builds is Builds.RUNNING
-        and builds_running_s < BUILD_PATIENCE_S
-        and any(s.needs_builds for s in pending)
-    ):
+def next_session(pending: Sequence[Session], builds: Builds) -> Session | Wait | None:
+    """The session a free runner starts: the longest pending one whose builds are done.
+    ``None``: nothing left this runner can ever run (after a failed build, the sessions that
+    need what was not built are never started)."""
+    runnable = [s for s in pending if s.needs <= builds.done]
+    blocked = not builds.finished and any(not s.needs <= builds.done for s in pending)
+    if blocked and builds.running_s < BUILD_PATIENCE_S:
         return Wait.WAIT
     if runnable:
         return max(runnable, key=lambda s: s.expected_s)
-    if builds is Builds.RUNNING and pending:
-        return Wait.WAIT
-    return None
+    return Wait.WAIT if blocked else None

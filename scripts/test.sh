@@ -7,10 +7,11 @@
 #
 # 1. What the unit and integration sessions need first: helm, kubectl and the etcd release
 #    (cached).
-# 2. The builds of the end-to-end sessions (Kubernetes, images, Kueue; cached, seconds when
-#    done) run at a lower CPU priority. Each runner takes the longest session it can run from
-#    one queue: with the builds cached, the end-to-end sessions first; on a cold machine the
-#    unit and integration sessions while the builds run.
+# 2. The builds of the end-to-end sessions run at a lower CPU priority in two stages (Kubernetes,
+#    kube-router and the images; then Kueue; cached, seconds when done). Each runner takes the
+#    longest session it can run from one queue: with the builds cached, the end-to-end sessions
+#    first; on a cold machine the unit and integration sessions while the builds run, then
+#    each end-to-end session once the stages it needs are built.
 # 3. Each end-to-end session starts local clusters of its own, so sessions never collide.
 #
 # Each session's log is printed at the end with its start and end time; the run fails if any

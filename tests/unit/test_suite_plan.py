@@ -7,6 +7,9 @@ from pathlib import Path
 
 from scripts.suite_plan import (
     BUILD_PATIENCE_S,
+    BUILD_STAGES,
+    CLUSTERS,
+    KUEUE,
     SESSIONS,
     Builds,
     Session,
@@ -19,34 +22,53 @@ REPO = TESTS.parent
 #: Not in make test: the benchmark peer's tooling (`make test-peer`).
 OUTSIDE = {"tests/e2e/kubeflow"}
 
-E2E = Session("e2e", ("tests/e2e/x",), True, 1000)
-LONG = Session("long", ("tests/integration/x",), False, 800)
-SHORT = Session("short", ("tests/unit",), False, 80)
+E2E = Session("e2e", ("tests/e2e/x",), frozenset({CLUSTERS}), 1000)
+QUEUED = Session("queued", ("tests/e2e/kueue",), frozenset({CLUSTERS, KUEUE}), 1100)
+LONG = Session("long", ("tests/integration/x",), frozenset(), 800)
+SHORT = Session("short", ("tests/unit",), frozenset(), 80)
+
+ALL_BUILT = frozenset(stage for stage, _ in BUILD_STAGES)
+
+
+def _builds(*done: str, failed: bool = False, running_s: float = 5) -> Builds:
+    return Builds(frozenset(done), failed, running_s)
 
 
 def test_with_the_builds_done_the_longest_session_goes_first() -> None:
-    assert next_session([SHORT, E2E, LONG], Builds.DONE, 5) == E2E
-    assert next_session([SHORT, LONG], Builds.DONE, 5) == LONG
+    assert next_session([SHORT, E2E, LONG, QUEUED], _builds(*ALL_BUILT)) == QUEUED
+    assert next_session([SHORT, LONG], _builds(*ALL_BUILT)) == LONG
 
 
 def test_a_runner_waits_briefly_for_builds_that_may_be_cached() -> None:
-    assert next_session([SHORT, E2E, LONG], Builds.RUNNING, 1) is Wait.WAIT
+    assert next_session([SHORT, E2E, LONG], _builds()) is Wait.WAIT
+    assert next_session([SHORT, E2E, QUEUED], _builds(CLUSTERS)) is Wait.WAIT
 
 
-def test_on_a_cold_machine_runners_test_what_needs_no_build_meanwhile() -> None:
-    running = BUILD_PATIENCE_S + 1
-    assert next_session([SHORT, E2E, LONG], Builds.RUNNING, running) == LONG
-    assert next_session([E2E], Builds.RUNNING, running) is Wait.WAIT
+def test_on_a_cold_machine_runners_test_what_the_builds_so_far_allow() -> None:
+    later = BUILD_PATIENCE_S + 1
+    assert next_session([SHORT, E2E, LONG], _builds(running_s=later)) == LONG
+    assert next_session([E2E], _builds(running_s=later)) is Wait.WAIT
+    # Kubernetes and the images built, Kueue not yet: the sessions without Kueue go on.
+    assert next_session([QUEUED, E2E], _builds(CLUSTERS, running_s=later)) == E2E
+    assert next_session([QUEUED], _builds(CLUSTERS, running_s=later)) is Wait.WAIT
 
 
-def test_without_builds_pending_nothing_waits_for_them() -> None:
-    assert next_session([SHORT, LONG], Builds.RUNNING, 0) == LONG
+def test_without_sessions_waiting_for_builds_nothing_waits_for_them() -> None:
+    assert next_session([SHORT, LONG], _builds()) == LONG
 
 
 def test_failed_builds_leave_their_sessions_unrun_and_the_rest_runs() -> None:
-    assert next_session([E2E, SHORT], Builds.FAILED, 5) == SHORT
-    assert next_session([E2E], Builds.FAILED, 5) is None
-    assert next_session([], Builds.DONE, 5) is None
+    assert next_session([E2E, SHORT], _builds(failed=True)) == SHORT
+    assert next_session([E2E], _builds(failed=True)) is None
+    assert next_session([QUEUED, E2E], _builds(CLUSTERS, failed=True)) == E2E
+    assert next_session([QUEUED], _builds(CLUSTERS, failed=True)) is None
+    assert next_session([], _builds(*ALL_BUILT)) is None
+
+
+def test_only_the_sessions_with_kueue_tests_wait_for_kueue() -> None:
+    for session in SESSIONS:
+        runs_kueue = any(a in ("tests/e2e", "tests/e2e/kueue") for a in session.args)
+        assert (KUEUE in session.needs) == runs_kueue, session.name
 
 
 def _selected(session: Session) -> set[Path]:

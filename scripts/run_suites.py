@@ -41,6 +41,8 @@ class Suite:
         self.extra = extra
         self.started = time.monotonic()
         self.lock = threading.Lock()
+        self.builds_changed = threading.Condition(self.lock)
+        """Notified when a build stage ends; runners waiting for it wake at once."""
         self.pending: list[Session] = list(SESSIONS)
         self.built: set[str] = set()
         self.build_failed = False
@@ -68,7 +70,8 @@ class Suite:
                     return choice
                 if choice is None:
                     return None
-            time.sleep(POLL_S)
+                # The poll bounds the wait: the patience and the deadline pass with no event.
+                self.builds_changed.wait(POLL_S)
 
     def runner(self) -> None:
         while (session := self.take()) is not None:
@@ -113,6 +116,7 @@ class Suite:
                     self.built.add(stage)
                 else:
                     self.build_failed = True
+                self.builds_changed.notify_all()
             self.say(f"builds: {stage} ({' '.join(targets)}) finished (exit {code})")
             if code != 0:
                 break

@@ -13,7 +13,7 @@ import logging
 import threading
 
 from elasticjob_agent.checkpoint.manifest import HolderRecord, ManifestError
-from elasticjob_agent.etcd.errors import LeaseNotFoundError
+from elasticjob_agent.etcd.retry import retry_until
 from elasticjob_agent.etcd.session import EtcdSession, LeaseKeeper
 from elasticjob_agent.etcd.txn import prefix_end
 from elasticjob_agent.protocol.keys import JobKeys
@@ -62,16 +62,14 @@ class HolderDirectory:
             logger.warning("checkpoint: cannot publish this node's shards in etcd: %s", exc)
 
     async def _put(self, value: bytes) -> None:
-        lease = await self._lease.current()
-        try:
-            await self._session.client.put(self._key, value, lease=lease)
-        except LeaseNotFoundError:
-            # etcd was recreated empty (or the lease lapsed in an outage): a new lease at once,
-            # not after the keep-alive notices, so that a restore in the round that re-forms
-            # first already sees this node's shards.
-            await self._lease.lost()
+        async def put() -> None:
             lease = await self._lease.current()
             await self._session.client.put(self._key, value, lease=lease)
+
+        # A lost lease (etcd recreated empty, or lapsed in an outage) is replaced at once, not
+        # when the keep-alive notices, so that a restore in the round that re-forms first
+        # already sees this node's shards; an unreachable etcd is left to the next refresh.
+        await retry_until(put, patience=0, on_lease_lost=self._lease.lost, what="publish")
 
     def _refresh(self) -> None:
         while not self._stop.wait(REFRESH):

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from elasticjob_localcluster import LocalCluster
+from elasticjob_operator.core.quarantine import TAINT_KEY
 
 from tests.support.jobs import by_reason, pods, st, wait_job
 from tests.support.operator_e2e import (
@@ -115,9 +116,6 @@ def test_a_node_condition_moves_the_pod_off_the_node(
         )
     except (AssertionError, TimeoutError) as exc:
         raise AssertionError(f"{exc}\n{evidence(cluster, ns, name, operator)}") from None
-
-
-TAINT_KEY = "elasticjob.dev/bad-node"
 
 
 def _taints(cluster: LocalCluster, node: str) -> list[dict[str, Any]]:

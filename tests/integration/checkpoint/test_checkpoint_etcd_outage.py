@@ -4,12 +4,12 @@ are, and a node lost after the outage costs no step."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from tests.support.agent_harness import wait_for
 from tests.support.checkpoint_harness import Node, run_ranks
 from tests.support.etcd_server import EtcdServer
 
@@ -36,16 +36,17 @@ def test_steps_saved_in_an_etcd_outage_are_replicated_after_it_and_survive_a_los
     finally:
         etcd_tls_server.thaw()
 
-    deadline = time.monotonic() + REPLICATED_WITHIN_S
-    while not (a.shard_file(3, 1, 2).exists() and b.shard_file(3, 0, 2).exists()):
-        assert time.monotonic() < deadline, (
-            f"step 3 was not replicated within {REPLICATED_WITHIN_S:.0f} s of the outage's end"
-            + "".join(
-                f"\n--- {n}:\n{(tmp_path / n / 'service.log').read_text()[-3000:]}"
-                for n in ("a", "b")
-            )
+    try:
+        wait_for(
+            lambda: a.shard_file(3, 1, 2).exists() and b.shard_file(3, 0, 2).exists(),
+            REPLICATED_WITHIN_S,
+            "step 3 replicated to both peers after the outage",
         )
-        time.sleep(0.2)
+    except AssertionError as exc:
+        logs = "".join(
+            f"\n--- {n}:\n{(tmp_path / n / 'service.log').read_text()[-3000:]}" for n in "ab"
+        )
+        raise AssertionError(f"{exc}{logs}") from None
 
     b.lose()
     replacement = nodes("b-new")
